@@ -1,0 +1,261 @@
+//! The routing table and its builder: host → ordered path routes → backend, plus a default backend.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::backend::{Backend, BackendId};
+use crate::host::{wildcard_suffix, HostMatch};
+use crate::path::PathMatch;
+
+/// Position of a backend in [`RoutingTable::backends`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackendIndex(usize);
+
+/// One path rule under a host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub path: PathMatch,
+    pub backend: BackendIndex,
+    /// The Ingress the rule came from, as `namespace/name`.
+    pub ingress: Box<str>,
+}
+
+/// Routes for one host, kept in precedence order (see [`PathMatch`]'s `Ord`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PathRoutes(Vec<Route>);
+
+impl PathRoutes {
+    fn find(&self, path: &str) -> Option<&Route> {
+        self.0.iter().find(|route| route.path.matches(path))
+    }
+
+    pub(crate) fn routes(&self) -> &[Route] {
+        &self.0
+    }
+}
+
+/// The immutable table the data plane reads: built by [`TableBuilder`], published whole.
+///
+/// Lookup order: the exact host's routes, then the one-label wildcard's, then the rules with no
+/// host, then the default backend. Within each, the first route in precedence order that matches
+/// the path wins, so a more specific host always beats a less specific one for the same path.
+#[derive(Debug, Default, PartialEq)]
+pub struct RoutingTable {
+    exact_hosts: HashMap<Box<str>, PathRoutes>,
+    wildcard_hosts: HashMap<Box<str>, PathRoutes>,
+    any_host: PathRoutes,
+    default_backend: Option<BackendIndex>,
+    backends: Vec<Backend>,
+}
+
+impl RoutingTable {
+    /// The backend for a normalised host (see [`crate::normalize_request_host`]) and a request
+    /// path without its query string, or `None` when nothing, not even a default, matches.
+    pub fn lookup(&self, host: &str, path: &str) -> Option<&Backend> {
+        let route = self
+            .exact_hosts
+            .get(host)
+            .and_then(|routes| routes.find(path))
+            .or_else(|| {
+                let suffix = wildcard_suffix(host)?;
+                self.wildcard_hosts.get(suffix)?.find(path)
+            })
+            .or_else(|| self.any_host.find(path));
+        let index = route.map(|route| route.backend).or(self.default_backend)?;
+        self.backends.get(index.0)
+    }
+
+    /// Every backend, sorted by id.
+    pub fn backends(&self) -> &[Backend] {
+        &self.backends
+    }
+
+    pub fn backend(&self, index: BackendIndex) -> Option<&Backend> {
+        self.backends.get(index.0)
+    }
+
+    /// The backend with this id, if any route uses it.
+    pub fn backend_by_id(&self, id: &BackendId) -> Option<&Backend> {
+        let position = self.backends.binary_search_by(|b| b.id().cmp(id)).ok()?;
+        self.backends.get(position)
+    }
+
+    pub fn default_backend(&self) -> Option<&Backend> {
+        self.default_backend.and_then(|index| self.backend(index))
+    }
+
+    /// Every host with its routes in precedence order, sorted by host for stable output.
+    pub fn hosts(&self) -> BTreeMap<HostMatch, &[Route]> {
+        let exact = self
+            .exact_hosts
+            .iter()
+            .map(|(host, routes)| (HostMatch::Exact(host.clone()), routes.routes()));
+        let wildcard = self
+            .wildcard_hosts
+            .iter()
+            .map(|(suffix, routes)| (HostMatch::Wildcard(suffix.clone()), routes.routes()));
+        let mut hosts: BTreeMap<HostMatch, &[Route]> = exact.chain(wildcard).collect();
+        if !self.any_host.0.is_empty() {
+            hosts.insert(HostMatch::Any, self.any_host.routes());
+        }
+        hosts
+    }
+}
+
+/// Collects backends and routes, then sorts everything into a [`RoutingTable`].
+#[derive(Debug, Default)]
+pub struct TableBuilder {
+    backends: BTreeMap<BackendId, Backend>,
+    routes: Vec<(HostMatch, PathMatch, BackendId, Box<str>)>,
+    default_backend: Option<BackendId>,
+}
+
+impl TableBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a backend; a second backend with the same id is ignored (the compiler builds one
+    /// per id).
+    pub fn add_backend(&mut self, backend: Backend) {
+        self.backends.entry(backend.id().clone()).or_insert(backend);
+    }
+
+    pub fn has_backend(&self, id: &BackendId) -> bool {
+        self.backends.contains_key(id)
+    }
+
+    /// Adds a route to a backend added with [`Self::add_backend`]; routes to unknown backends
+    /// are dropped at [`Self::build`].
+    pub fn add_route(&mut self, host: HostMatch, path: PathMatch, backend: BackendId, ingress: &str) {
+        self.routes.push((host, path, backend, ingress.into()));
+    }
+
+    pub fn set_default_backend(&mut self, backend: BackendId) {
+        self.default_backend = Some(backend);
+    }
+
+    pub fn build(self) -> RoutingTable {
+        let index_of: HashMap<&BackendId, BackendIndex> = self
+            .backends
+            .keys()
+            .enumerate()
+            .map(|(position, id)| (id, BackendIndex(position)))
+            .collect();
+        let mut table = RoutingTable {
+            default_backend: self.default_backend.as_ref().and_then(|id| index_of.get(id).copied()),
+            ..RoutingTable::default()
+        };
+        for (host, path, backend, ingress) in self.routes {
+            let Some(&backend) = index_of.get(&backend) else {
+                continue;
+            };
+            let routes = match host {
+                HostMatch::Any => &mut table.any_host,
+                HostMatch::Exact(name) => table.exact_hosts.entry(name).or_default(),
+                HostMatch::Wildcard(suffix) => table.wildcard_hosts.entry(suffix).or_default(),
+            };
+            routes.0.push(Route { path, backend, ingress });
+        }
+        let all_routes = table
+            .exact_hosts
+            .values_mut()
+            .chain(table.wildcard_hosts.values_mut())
+            .chain(std::iter::once(&mut table.any_host));
+        for routes in all_routes {
+            routes.0.sort_by(|a, b| a.path.cmp(&b.path).then_with(|| a.ingress.cmp(&b.ingress)));
+        }
+        drop(index_of);
+        table.backends = self.backends.into_values().collect();
+        table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{BackendMode, EndpointSet};
+
+    fn table(routes: &[(&str, PathMatch, &str)], default: Option<&str>) -> RoutingTable {
+        let mut builder = TableBuilder::new();
+        for (host, path, service) in routes {
+            let id = BackendId::new("ns", service, "80");
+            builder.add_backend(Backend::new(id.clone(), BackendMode::Endpoints, EndpointSet::default()));
+            builder.add_route(HostMatch::from_rule_host(Some(host)), path.clone(), id, "ns/ing");
+        }
+        if let Some(service) = default {
+            let id = BackendId::new("ns", service, "80");
+            builder.add_backend(Backend::new(id.clone(), BackendMode::Endpoints, EndpointSet::default()));
+            builder.set_default_backend(id);
+        }
+        builder.build()
+    }
+
+    fn service_for(table: &RoutingTable, host: &str, path: &str) -> Option<String> {
+        table
+            .lookup(host, path)
+            .map(|backend| backend.id().as_str().trim_start_matches("ns/").trim_end_matches(":80").to_owned())
+    }
+
+    #[test]
+    fn longest_path_wins() {
+        let t = table(&[("", PathMatch::prefix("/"), "root"), ("", PathMatch::prefix("/api"), "api")], None);
+        assert_eq!(service_for(&t, "x", "/api/v1").as_deref(), Some("api"));
+        assert_eq!(service_for(&t, "x", "/apix").as_deref(), Some("root"));
+    }
+
+    #[test]
+    fn exact_beats_prefix_of_equal_length() {
+        let t = table(&[("", PathMatch::prefix("/foo"), "prefix"), ("", PathMatch::exact("/foo"), "exact")], None);
+        assert_eq!(service_for(&t, "x", "/foo").as_deref(), Some("exact"));
+        assert_eq!(service_for(&t, "x", "/foo/bar").as_deref(), Some("prefix"));
+    }
+
+    #[test]
+    fn exact_host_beats_wildcard() {
+        let t = table(
+            &[("*.example.com", PathMatch::prefix("/"), "wild"), ("a.example.com", PathMatch::prefix("/"), "exact")],
+            None,
+        );
+        assert_eq!(service_for(&t, "a.example.com", "/").as_deref(), Some("exact"));
+        assert_eq!(service_for(&t, "b.example.com", "/").as_deref(), Some("wild"));
+    }
+
+    #[test]
+    fn wildcard_beats_any_host() {
+        let t = table(&[("", PathMatch::prefix("/"), "any"), ("*.example.com", PathMatch::prefix("/"), "wild")], None);
+        assert_eq!(service_for(&t, "b.example.com", "/").as_deref(), Some("wild"));
+        assert_eq!(service_for(&t, "b.other.com", "/").as_deref(), Some("any"));
+    }
+
+    #[test]
+    fn host_specificity_beats_path_length() {
+        let t = table(&[("", PathMatch::prefix("/a/b/c"), "any"), ("h.test", PathMatch::prefix("/"), "host")], None);
+        assert_eq!(service_for(&t, "h.test", "/a/b/c").as_deref(), Some("host"));
+    }
+
+    #[test]
+    fn unmatched_path_on_a_known_host_falls_through_to_less_specific_hosts() {
+        let t = table(&[("h.test", PathMatch::prefix("/api"), "api"), ("", PathMatch::prefix("/"), "any")], None);
+        assert_eq!(service_for(&t, "h.test", "/other").as_deref(), Some("any"));
+    }
+
+    #[test]
+    fn default_backend_takes_what_nothing_else_matches() {
+        let t = table(&[("h.test", PathMatch::exact("/only"), "only")], Some("fallback"));
+        assert_eq!(service_for(&t, "h.test", "/else").as_deref(), Some("fallback"));
+        assert_eq!(service_for(&t, "other.test", "/only").as_deref(), Some("fallback"));
+    }
+
+    #[test]
+    fn no_match_and_no_default_is_none() {
+        let t = table(&[("h.test", PathMatch::exact("/only"), "only")], None);
+        assert!(t.lookup("h.test", "/else").is_none());
+    }
+
+    #[test]
+    fn same_input_builds_equal_tables() {
+        let routes = [("a.test", PathMatch::prefix("/"), "a"), ("", PathMatch::exact("/x"), "b")];
+        assert_eq!(table(&routes, Some("c")), table(&routes, Some("c")));
+        assert_ne!(table(&routes, Some("c")), table(&routes, None));
+    }
+}

@@ -1,0 +1,108 @@
+//! A serialisable, human-readable view of a routing table for the admin API and `sluice check`.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::backend::{BackendId, BackendMode, EndpointSet};
+use crate::path::PathKind;
+use crate::table::RoutingTable;
+
+/// The whole table as plain data.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableView {
+    pub hosts: Vec<HostView>,
+    pub default_backend: Option<BackendId>,
+    pub backends: Vec<BackendView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HostView {
+    /// The host as written in the Ingress, or `*` for rules with no host.
+    pub host: String,
+    pub routes: Vec<RouteView>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteView {
+    pub path: String,
+    pub path_type: PathKind,
+    pub backend: BackendId,
+    pub ingress: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BackendView {
+    pub id: BackendId,
+    pub mode: BackendMode,
+    pub endpoints: EndpointSet,
+}
+
+impl TableView {
+    pub fn of(table: &RoutingTable) -> Self {
+        let backend_id = |index| table.backend(index).map(|b| b.id().clone());
+        let hosts = table
+            .hosts()
+            .into_iter()
+            .map(|(host, routes)| HostView {
+                host: host.to_string(),
+                routes: routes
+                    .iter()
+                    .filter_map(|route| {
+                        Some(RouteView {
+                            path: route.path.path().to_owned(),
+                            path_type: route.path.kind(),
+                            backend: backend_id(route.backend)?,
+                            ingress: route.ingress.to_string(),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let backends = table
+            .backends()
+            .iter()
+            .map(|backend| BackendView {
+                id: backend.id().clone(),
+                mode: backend.mode(),
+                endpoints: (*backend.endpoints().load()).clone(),
+            })
+            .collect();
+        Self {
+            hosts,
+            default_backend: table.default_backend().map(|b| b.id().clone()),
+            backends,
+        }
+    }
+}
+
+impl fmt::Display for TableView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "Routes:")?;
+        if self.hosts.is_empty() {
+            writeln!(f, "  (none)")?;
+        }
+        for host in &self.hosts {
+            writeln!(f, "  {}", host.host)?;
+            for route in &host.routes {
+                let kind = format!("{:?}", route.path_type);
+                writeln!(f, "    {:<24} {:<7} -> {}  (from {})", route.path, kind, route.backend, route.ingress)?;
+            }
+        }
+        if let Some(default) = &self.default_backend {
+            writeln!(f, "  default backend -> {default}")?;
+        }
+        writeln!(f, "Backends:")?;
+        if self.backends.is_empty() {
+            writeln!(f, "  (none)")?;
+        }
+        for backend in &self.backends {
+            let endpoints: Vec<String> = backend.endpoints.as_slice().iter().map(ToString::to_string).collect();
+            let endpoints = if endpoints.is_empty() { "no endpoints".to_owned() } else { endpoints.join(", ") };
+            writeln!(f, "  {} [{}] {}", backend.id, backend.mode, endpoints)?;
+        }
+        Ok(())
+    }
+}
