@@ -1,1 +1,14 @@
-//! placeholder
+//! Configuration: the snapshot of Kubernetes objects, manifest parsing, annotations and the pure compile step.
+
+pub mod annotations;
+mod compile;
+mod diagnostic;
+mod error;
+mod manifest;
+mod snapshot;
+
+pub use compile::{compile, ready_endpoints, CompileOptions, Compiled, CONTROLLER, SERVICE_NAME_LABEL};
+pub use diagnostic::{Diagnostic, ObjectRef, Severity};
+pub use error::DocumentError;
+pub use manifest::{parse_manifest, Document, Format};
+pub use snapshot::{KubeObject, ObjectKey, Snapshot, DEFAULT_NAMESPACE};

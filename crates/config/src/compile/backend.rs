@@ -1,0 +1,238 @@
+//! Backend resolution: from an Ingress's Service reference to a backend with its mode and endpoints.
+
+use std::collections::HashMap;
+
+use http::uri::Authority;
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::IngressServiceBackend;
+use sluice_routing::{Backend, BackendId, BackendMode, Endpoint, EndpointSet, TableBuilder};
+
+use crate::annotations::service_annotations;
+use crate::diagnostic::{Diagnostics, ObjectRef};
+use crate::snapshot::{ObjectKey, Snapshot};
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// EndpointSlices grouped by the `namespace/service` they belong to, built once per compile.
+pub(super) struct SliceIndex<'a>(HashMap<&'a str, HashMap<&'a str, Vec<&'a EndpointSlice>>>);
+
+impl<'a> SliceIndex<'a> {
+    pub(super) fn new(snapshot: &'a Snapshot) -> Self {
+        let mut index: HashMap<_, HashMap<_, Vec<_>>> = HashMap::new();
+        for (key, slice) in &snapshot.endpoint_slices {
+            if let Some(service) = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+                let services = index.entry(key.namespace.as_str()).or_default();
+                services.entry(service.as_str()).or_default().push(slice);
+            }
+        }
+        Self(index)
+    }
+
+    fn slices(&self, namespace: &str, service: &str) -> &[&'a EndpointSlice] {
+        self.0.get(namespace).and_then(|services| services.get(service)).map(Vec::as_slice).unwrap_or_default()
+    }
+}
+
+/// One `backend.service` of an Ingress, with where it sits and what the Ingress asks of it.
+pub(super) struct ServiceReference<'a> {
+    pub namespace: &'a str,
+    pub service: &'a IngressServiceBackend,
+    /// Field path of the `service` block, for diagnostics.
+    pub field: String,
+    pub ingress: &'a ObjectRef,
+    /// The Ingress carries a service-upstream annotation.
+    pub service_upstream: bool,
+}
+
+/// Resolves a Service reference and adds its backend to the table builder (once per id).
+/// Returns the backend id, or `None` when the reference names no port at all.
+pub(super) fn resolve(
+    snapshot: &Snapshot,
+    slices: &SliceIndex<'_>,
+    reference: &ServiceReference<'_>,
+    builder: &mut TableBuilder,
+    diagnostics: &mut Diagnostics,
+) -> Option<BackendId> {
+    let ServiceReference { namespace, service: target, ingress, .. } = *reference;
+    let port_text = port_text(reference, diagnostics)?;
+    let base_id = BackendId::new(namespace, &target.name, &port_text);
+    let Some(service) = snapshot.services.get(&ObjectKey::new(namespace, &target.name)) else {
+        diagnostics.error(
+            ingress,
+            format!("{}.name", reference.field),
+            format!("Service {namespace}/{} not found; requests to this backend answer 503", target.name),
+        );
+        builder.add_backend(Backend::new(base_id.clone(), BackendMode::Endpoints, EndpointSet::default()));
+        return Some(base_id);
+    };
+    let service_ref = ObjectRef::new("Service", Some(namespace), &target.name);
+    let service_wants_upstream = service_annotations(service.metadata.annotations.as_ref(), &service_ref, diagnostics).service_upstream;
+    let mode = backend_mode(service, reference.service_upstream || service_wants_upstream);
+    let id = match mode {
+        BackendMode::ServiceUpstream => BackendId::new(namespace, &target.name, &format!("{port_text}/service-upstream")),
+        _ => base_id,
+    };
+    let Some(port) = find_port(service, reference) else {
+        diagnostics.error(
+            ingress,
+            format!("{}.port", reference.field),
+            format!(
+                "Service {namespace}/{} has no port {port_text} (it has: {}); requests to this backend answer 503",
+                target.name,
+                port_list(service)
+            ),
+        );
+        builder.add_backend(Backend::new(id.clone(), mode, EndpointSet::default()));
+        return Some(id);
+    };
+    if !builder.has_backend(&id) {
+        let upstream_object = if reference.service_upstream { ingress } else { &service_ref };
+        let endpoints = match mode {
+            BackendMode::Endpoints => endpoints_mode(slices.slices(namespace, &target.name), port, &service_ref, diagnostics),
+            BackendMode::ServiceUpstream => cluster_ip_mode(service, port, upstream_object, diagnostics),
+            BackendMode::ExternalName => external_name_mode(service, port, &service_ref, diagnostics),
+        };
+        builder.add_backend(Backend::new(id.clone(), mode, endpoints));
+    }
+    Some(id)
+}
+
+fn port_text(reference: &ServiceReference<'_>, diagnostics: &mut Diagnostics) -> Option<String> {
+    let port = reference.service.port.as_ref();
+    match (port.and_then(|p| p.number), port.and_then(|p| p.name.as_deref())) {
+        (Some(number), _) => Some(number.to_string()),
+        (None, Some(name)) if !name.is_empty() => Some(name.to_owned()),
+        _ => {
+            diagnostics.error(reference.ingress, format!("{}.port", reference.field), "must set number or name; route dropped");
+            None
+        }
+    }
+}
+
+fn find_port<'s>(service: &'s Service, reference: &ServiceReference<'_>) -> Option<&'s ServicePort> {
+    let wanted = reference.service.port.as_ref()?;
+    let ports = service.spec.as_ref()?.ports.as_deref()?;
+    ports.iter().find(|port| match (wanted.number, wanted.name.as_deref()) {
+        (Some(number), _) => port.port == number,
+        (None, Some(name)) => port.name.as_deref() == Some(name),
+        _ => false,
+    })
+}
+
+fn port_list(service: &Service) -> String {
+    let ports: Vec<String> = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| match p.name.as_deref() {
+            Some(name) if !name.is_empty() => format!("{}/{name}", p.port),
+            _ => p.port.to_string(),
+        })
+        .collect();
+    if ports.is_empty() {
+        "no ports".to_owned()
+    } else {
+        ports.join(", ")
+    }
+}
+
+fn backend_mode(service: &Service, service_upstream: bool) -> BackendMode {
+    let service_type = service.spec.as_ref().and_then(|s| s.type_.as_deref());
+    if service_type == Some("ExternalName") {
+        BackendMode::ExternalName
+    } else if service_upstream {
+        BackendMode::ServiceUpstream
+    } else {
+        BackendMode::Endpoints
+    }
+}
+
+fn endpoints_mode(slices: &[&EndpointSlice], port: &ServicePort, service: &ObjectRef, diagnostics: &mut Diagnostics) -> EndpointSet {
+    let endpoints = ready_endpoints(slices.iter().copied(), port.name.as_deref());
+    if endpoints.is_empty() {
+        diagnostics.warning(
+            service,
+            "",
+            format!("no ready endpoints for port {}; requests to it answer 503", port_label(port)),
+        );
+    }
+    endpoints
+}
+
+fn port_label(port: &ServicePort) -> String {
+    match port.name.as_deref() {
+        Some(name) if !name.is_empty() => format!("{} ({name})", port.port),
+        _ => port.port.to_string(),
+    }
+}
+
+/// The ready endpoints of every slice for the Service port named `port_name`, merged.
+///
+/// Each slice's port is the one with the same name as the Service port (an unnamed Service port
+/// matches an unnamed slice port); its number is the target port, which may differ per slice.
+/// An endpoint counts when `conditions.ready` is true or absent; its first address is used.
+pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, port_name: Option<&str>) -> EndpointSet {
+    let wanted = port_name.unwrap_or_default();
+    let mut endpoints = Vec::new();
+    for slice in slices {
+        let slice_port = slice.ports.as_deref().unwrap_or_default().iter().find(|p| p.name.as_deref().unwrap_or_default() == wanted);
+        let Some(port) = slice_port.and_then(|p| p.port) else {
+            continue;
+        };
+        for endpoint in slice.endpoints.as_deref().unwrap_or_default() {
+            let ready = endpoint.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            let address = endpoint.addresses.first();
+            if let (true, Some(address)) = (ready, address) {
+                endpoints.extend(endpoint_at(address, port));
+            }
+        }
+    }
+    EndpointSet::new(endpoints)
+}
+
+/// `ip:port`, `[ipv6]:port` or `name:port` as an endpoint; `None` if it is not a valid authority.
+fn endpoint_at(host: &str, port: i32) -> Option<Endpoint> {
+    let text = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    Authority::try_from(text).ok().map(Endpoint::new)
+}
+
+fn cluster_ip_mode(service: &Service, port: &ServicePort, object: &ObjectRef, diagnostics: &mut Diagnostics) -> EndpointSet {
+    let cluster_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()).unwrap_or_default();
+    let service_name = service.metadata.name.as_deref().unwrap_or_default();
+    let problem = match cluster_ip {
+        "None" => Some(format!("Service {service_name} is headless (clusterIP: None), so service-upstream has no ClusterIP to send to; requests answer 503")),
+        "" => Some(format!("Service {service_name} has no spec.clusterIP, which service-upstream needs; requests answer 503")),
+        _ => None,
+    };
+    if let Some(problem) = problem {
+        diagnostics.error(object, "metadata.annotations", problem);
+        return EndpointSet::default();
+    }
+    let Some(endpoint) = endpoint_at(cluster_ip, port.port) else {
+        diagnostics.error(object, "spec.clusterIP", format!("{cluster_ip:?} is not a valid IP address; requests answer 503"));
+        return EndpointSet::default();
+    };
+    diagnostics.info(
+        object,
+        "metadata.annotations",
+        format!(
+            "service-upstream: requests to Service {service_name} go to its ClusterIP {endpoint} and kube-proxy picks the pod, so sluice cannot balance across pods, keep sessions sticky or retry on another pod"
+        ),
+    );
+    EndpointSet::new(vec![endpoint])
+}
+
+fn external_name_mode(service: &Service, port: &ServicePort, object: &ObjectRef, diagnostics: &mut Diagnostics) -> EndpointSet {
+    let name = service.spec.as_ref().and_then(|s| s.external_name.as_deref()).unwrap_or_default();
+    match endpoint_at(name.trim_end_matches('.'), port.port) {
+        Some(endpoint) if !name.is_empty() => EndpointSet::new(vec![endpoint]),
+        _ => {
+            diagnostics.error(object, "spec.externalName", format!("{name:?} is not a valid DNS name; requests answer 503"));
+            EndpointSet::default()
+        }
+    }
+}

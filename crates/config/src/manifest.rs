@@ -1,0 +1,186 @@
+//! Parsing manifest text (multi-document YAML or JSON, including `kind: List`) into typed objects.
+
+use serde_json::Value;
+
+use crate::error::DocumentError;
+use crate::snapshot::KubeObject;
+
+/// What one document (or `List` item) of a manifest turned out to be.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Document {
+    /// An object of a kind sluice reads.
+    Object(KubeObject),
+    /// A well-formed object of a kind sluice does not read (a Deployment, say).
+    Skipped { api_version: String, kind: String, name: String },
+}
+
+/// The text format of a manifest file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+impl Format {
+    /// The format for a file extension sluice reads (`yaml`, `yml`, `json`), or `None`.
+    pub fn from_extension(extension: &str) -> Option<Self> {
+        match extension.to_ascii_lowercase().as_str() {
+            "yaml" | "yml" => Some(Self::Yaml),
+            "json" => Some(Self::Json),
+            _ => None,
+        }
+    }
+}
+
+/// Parses every document of a manifest. Succeeds only if every document is valid: a file is
+/// applied whole or not at all, so a half-edited file never half-applies.
+pub fn parse_manifest(text: &str, format: Format) -> Result<Vec<Document>, Vec<DocumentError>> {
+    let values = match format {
+        Format::Yaml => serde_saphyr::from_multiple::<Value>(text).map_err(|e| e.to_string()),
+        Format::Json => serde_json::from_str::<Value>(text).map(|v| vec![v]).map_err(|e| e.to_string()),
+    }
+    .map_err(|reason| vec![DocumentError::syntax(reason)])?;
+
+    let mut documents = Vec::new();
+    let mut errors = Vec::new();
+    for (index, value) in values.into_iter().enumerate() {
+        let number = index + 1;
+        match parse_document(value) {
+            Ok(mut parsed) => documents.append(&mut parsed),
+            Err((item, reason)) => errors.push(DocumentError::document(number, item, reason)),
+        }
+    }
+    if errors.is_empty() {
+        Ok(documents)
+    } else {
+        Err(errors)
+    }
+}
+
+/// One document; a `List` expands into its items. Errors carry the 1-based item number.
+fn parse_document(value: Value) -> Result<Vec<Document>, (Option<usize>, String)> {
+    if value.is_null() {
+        return Ok(Vec::new());
+    }
+    let (_, kind) = type_of(&value).map_err(|reason| (None, reason))?;
+    if kind == "List" {
+        let Value::Object(mut list) = value else {
+            return Err((None, "a List must be a mapping".to_owned()));
+        };
+        let items = match list.remove("items") {
+            Some(Value::Array(items)) => items,
+            None | Some(Value::Null) => Vec::new(),
+            Some(_) => return Err((None, "items: expected a sequence of objects".to_owned())),
+        };
+        return items
+            .into_iter()
+            .enumerate()
+            .map(|(index, item)| parse_object(item).map_err(|reason| (Some(index + 1), reason)))
+            .collect();
+    }
+    parse_object(value).map(|document| vec![document]).map_err(|reason| (None, reason))
+}
+
+fn type_of(value: &Value) -> Result<(String, String), String> {
+    let Value::Object(map) = value else {
+        return Err("expected a Kubernetes object (a mapping with apiVersion and kind)".to_owned());
+    };
+    let field = |name: &str| match map.get(name) {
+        Some(Value::String(text)) if !text.is_empty() => Ok(text.clone()),
+        Some(_) => Err(format!("{name}: expected a non-empty string")),
+        None => Err(format!("{name}: missing")),
+    };
+    Ok((field("apiVersion")?, field("kind")?))
+}
+
+fn parse_object(value: Value) -> Result<Document, String> {
+    let (api_version, kind) = type_of(&value)?;
+    let expected_api_version = match kind.as_str() {
+        "Ingress" | "IngressClass" => "networking.k8s.io/v1",
+        "Service" | "Secret" => "v1",
+        "EndpointSlice" => "discovery.k8s.io/v1",
+        _ => {
+            let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+            return Ok(Document::Skipped { api_version, kind, name });
+        }
+    };
+    if api_version != expected_api_version {
+        return Err(format!(
+            "apiVersion: {kind} {api_version} is not supported; sluice reads {kind} {expected_api_version}"
+        ));
+    }
+    let object = match kind.as_str() {
+        "Ingress" => KubeObject::Ingress(typed(value)?),
+        "IngressClass" => KubeObject::IngressClass(typed(value)?),
+        "Service" => KubeObject::Service(typed(value)?),
+        "EndpointSlice" => KubeObject::EndpointSlice(typed(value)?),
+        _ => KubeObject::Secret(typed(value)?),
+    };
+    match object.metadata().name.as_deref() {
+        Some(name) if !name.is_empty() => Ok(Document::Object(object)),
+        _ => Err(format!("metadata.name: missing in {kind}")),
+    }
+}
+
+/// Deserialises into a k8s-openapi type; the error names the field path that failed.
+fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        if path == "." || path.is_empty() {
+            error.inner().to_string()
+        } else {
+            format!("{path}: {}", error.inner())
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n";
+
+    #[test]
+    fn reads_multiple_documents_and_skips_other_kinds() {
+        let text = format!("{SERVICE}---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n");
+        let documents = parse_manifest(&text, Format::Yaml).expect("valid manifest");
+        assert!(matches!(&documents[0], Document::Object(KubeObject::Service(_))));
+        assert!(matches!(&documents[1], Document::Skipped { kind, .. } if kind == "Deployment"));
+    }
+
+    #[test]
+    fn expands_lists() {
+        let text = r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"}}]}"#;
+        let documents = parse_manifest(text, Format::Json).expect("valid list");
+        assert_eq!(documents.len(), 1);
+    }
+
+    #[test]
+    fn names_the_document_and_field_that_failed() {
+        let text = format!("{SERVICE}---\napiVersion: v1\nkind: Service\nmetadata:\n  name: bad\nspec:\n  ports:\n  - port: eighty\n");
+        let errors = parse_manifest(&text, Format::Yaml).expect_err("invalid port");
+        assert_eq!(errors.len(), 1);
+        let message = errors[0].to_string();
+        assert!(message.contains("document 2"), "{message}");
+        assert!(message.contains("spec.ports[0].port"), "{message}");
+    }
+
+    #[test]
+    fn rejects_old_api_versions_with_a_hint() {
+        let text = "apiVersion: extensions/v1beta1\nkind: Ingress\nmetadata:\n  name: old\n";
+        let errors = parse_manifest(text, Format::Yaml).expect_err("old apiVersion");
+        assert!(errors[0].to_string().contains("networking.k8s.io/v1"));
+    }
+
+    #[test]
+    fn reports_yaml_syntax_errors() {
+        let errors = parse_manifest("kind: [unclosed\n", Format::Yaml).expect_err("bad yaml");
+        assert!(errors[0].document.is_none());
+    }
+
+    #[test]
+    fn requires_a_name() {
+        let errors = parse_manifest("apiVersion: v1\nkind: Service\nmetadata: {}\n", Format::Yaml).expect_err("no name");
+        assert!(errors[0].to_string().contains("metadata.name"));
+    }
+}

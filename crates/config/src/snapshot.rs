@@ -1,0 +1,112 @@
+//! The snapshot: every Kubernetes object a source has seen, typed and keyed by namespace and name.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Namespace given to namespaced objects that do not name one, as `kubectl apply` does.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// `namespace/name` of a namespaced object; cluster-scoped objects use an empty namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// The key of an object from its metadata (namespace defaults to `default`).
+    pub fn of(metadata: &ObjectMeta) -> Self {
+        Self::new(
+            metadata.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
+            metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+/// One object of a kind sluice reads.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KubeObject {
+    Ingress(Ingress),
+    IngressClass(IngressClass),
+    Service(Service),
+    EndpointSlice(EndpointSlice),
+    Secret(Secret),
+}
+
+impl KubeObject {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Ingress(_) => "Ingress",
+            Self::IngressClass(_) => "IngressClass",
+            Self::Service(_) => "Service",
+            Self::EndpointSlice(_) => "EndpointSlice",
+            Self::Secret(_) => "Secret",
+        }
+    }
+
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Self::Ingress(o) => &o.metadata,
+            Self::IngressClass(o) => &o.metadata,
+            Self::Service(o) => &o.metadata,
+            Self::EndpointSlice(o) => &o.metadata,
+            Self::Secret(o) => &o.metadata,
+        }
+    }
+}
+
+/// Every object the compiler reads. Both sources (manifest directory and Kubernetes API)
+/// produce this same value; everything after it is shared.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    pub ingresses: BTreeMap<ObjectKey, Ingress>,
+    /// IngressClass is cluster-scoped: keyed by name alone.
+    pub ingress_classes: BTreeMap<String, IngressClass>,
+    pub services: BTreeMap<ObjectKey, Service>,
+    pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
+    pub secrets: BTreeMap<ObjectKey, Secret>,
+}
+
+impl Snapshot {
+    /// Adds an object, replacing any object of the same kind, namespace and name.
+    pub fn insert(&mut self, object: KubeObject) {
+        let key = ObjectKey::of(object.metadata());
+        match object {
+            KubeObject::Ingress(o) => {
+                self.ingresses.insert(key, o);
+            }
+            KubeObject::IngressClass(o) => {
+                self.ingress_classes.insert(key.name, o);
+            }
+            KubeObject::Service(o) => {
+                self.services.insert(key, o);
+            }
+            KubeObject::EndpointSlice(o) => {
+                self.endpoint_slices.insert(key, o);
+            }
+            KubeObject::Secret(o) => {
+                self.secrets.insert(key, o);
+            }
+        }
+    }
+
+    /// Builds a snapshot from objects; later objects replace earlier ones with the same key.
+    pub fn from_objects(objects: impl IntoIterator<Item = KubeObject>) -> Self {
+        let mut snapshot = Self::default();
+        for object in objects {
+            snapshot.insert(object);
+        }
+        snapshot
+    }
+}
