@@ -9,9 +9,13 @@ use serde_json::Value;
 use sluice_config::{compile, parse_manifest, CompileOptions, Diagnostic, Document, Format, Severity, Snapshot};
 use sluice_routing::normalize_request_host;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Expectations {
+    #[allow(dead_code)]
+    api_version: String,
+    #[allow(dead_code)]
+    kind: String,
     #[serde(default)]
     options: Options,
     #[serde(default)]
