@@ -1,0 +1,248 @@
+//! The manifest-directory source: reads Kubernetes YAML and JSON files from one directory and watches it for changes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use sluice_config::{parse_manifest, Document, DocumentError, Format, KubeObject, ObjectKey, Snapshot};
+use tokio::sync::mpsc;
+
+use crate::error::SourceError;
+
+/// How long to wait for more file events after the first before reloading: editors and
+/// `kubectl`-style tools often write a file in several steps.
+const SETTLE_TIME: Duration = Duration::from_millis(50);
+
+/// A manifest file that could not be read or parsed; its previous good content stays in use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileError {
+    pub file: PathBuf,
+    /// `None` when the file could not be read at all.
+    pub error: Option<DocumentError>,
+    pub reason: String,
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.error {
+            Some(error) => write!(f, "{}: {error}", self.file.display()),
+            None => write!(f, "{}: {}", self.file.display(), self.reason),
+        }
+    }
+}
+
+/// The result of reading the directory once.
+#[derive(Clone, Debug, Default)]
+pub struct Load {
+    /// Every good file's objects; a bad file contributes its last good content, if any.
+    pub snapshot: Snapshot,
+    /// Files that failed this time.
+    pub errors: Vec<FileError>,
+    /// How many files were read.
+    pub files: usize,
+}
+
+/// One file's last good parse, and the text it came from.
+struct ParsedFile {
+    text: String,
+    objects: Vec<KubeObject>,
+}
+
+/// The manifest directory with the last good parse of every file, so a broken edit never
+/// removes what the file served before.
+pub struct ManifestDir {
+    dir: PathBuf,
+    files: BTreeMap<PathBuf, ParsedFile>,
+}
+
+impl ManifestDir {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            files: BTreeMap::new(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Reads every `*.yaml`, `*.yml` and `*.json` file directly in the directory (not in
+    /// subdirectories; hidden files are skipped). Unchanged files are not parsed again.
+    pub fn load(&mut self) -> Result<Load, SourceError> {
+        let paths = manifest_paths(&self.dir)?;
+        self.files.retain(|path, _| paths.contains(path));
+        let mut errors = Vec::new();
+        for path in &paths {
+            if let Err(error) = self.refresh(path) {
+                tracing::warn!(%error, "manifest file rejected; its last good content stays in use");
+                errors.push(error);
+            }
+        }
+        let mut snapshot = Snapshot::default();
+        let mut origin: BTreeMap<(&str, ObjectKey), &Path> = BTreeMap::new();
+        for (path, file) in &self.files {
+            for object in &file.objects {
+                let key = (object.kind(), ObjectKey::of(object.metadata()));
+                if let Some(first) = origin.insert(key.clone(), path) {
+                    tracing::warn!(kind = key.0, object = %format!("{}/{}", key.1.namespace, key.1.name), first = %first.display(), later = %path.display(), "object defined twice; the later file wins");
+                }
+                snapshot.insert(object.clone());
+            }
+        }
+        Ok(Load {
+            snapshot,
+            errors,
+            files: paths.len(),
+        })
+    }
+
+    /// Re-parses one file if its text changed.
+    fn refresh(&mut self, path: &Path) -> Result<(), FileError> {
+        let text = std::fs::read_to_string(path).map_err(|error| FileError {
+            file: path.to_owned(),
+            error: None,
+            reason: format!("cannot read: {error}"),
+        })?;
+        if self.files.get(path).is_some_and(|file| file.text == text) {
+            return Ok(());
+        }
+        let objects = parse_file(path, &text)?;
+        self.files.insert(path.to_owned(), ParsedFile { text, objects });
+        Ok(())
+    }
+}
+
+/// Parses one file's text; logs each object of a kind sluice does not read.
+fn parse_file(path: &Path, text: &str) -> Result<Vec<KubeObject>, FileError> {
+    let format = path.extension().and_then(|e| e.to_str()).and_then(Format::from_extension).unwrap_or(Format::Yaml);
+    let documents = parse_manifest(text, format).map_err(|mut errors| {
+        let error = errors.remove(0);
+        FileError {
+            file: path.to_owned(),
+            reason: error.reason.clone(),
+            error: Some(error),
+        }
+    })?;
+    let mut objects = Vec::new();
+    for document in documents {
+        match document {
+            Document::Object(object) => objects.push(object),
+            Document::Skipped { api_version, kind, name } => {
+                tracing::info!(file = %path.display(), %api_version, %kind, %name, "skipping a kind sluice does not read");
+            }
+        }
+    }
+    Ok(objects)
+}
+
+/// The manifest files of a directory, sorted.
+fn manifest_paths(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
+    let read_dir = |source| SourceError::ReadDir { dir: dir.to_owned(), source };
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_dir)? {
+        let path = entry.map_err(read_dir)?.path();
+        let hidden = path.file_name().and_then(|n| n.to_str()).is_none_or(|n| n.starts_with('.'));
+        let manifest = path.extension().and_then(|e| e.to_str()).and_then(Format::from_extension).is_some();
+        if manifest && !hidden && path.is_file() {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    Ok(paths)
+}
+
+/// Change notifications for a directory. Keep it alive as long as changes are wanted.
+pub struct DirChanges {
+    _watcher: RecommendedWatcher,
+    events: mpsc::UnboundedReceiver<()>,
+}
+
+impl DirChanges {
+    /// Waits for the next change, then for the directory to settle. Returns `false` once the
+    /// watcher has stopped.
+    pub async fn changed(&mut self) -> bool {
+        if self.events.recv().await.is_none() {
+            return false;
+        }
+        tokio::time::sleep(SETTLE_TIME).await;
+        while self.events.try_recv().is_ok() {}
+        true
+    }
+}
+
+/// Watches `dir` (not recursively) for any change to its entries.
+pub fn watch_dir(dir: &Path) -> Result<DirChanges, SourceError> {
+    let (sender, events) = mpsc::unbounded_channel();
+    let watch_error = |source| SourceError::Watch { dir: dir.to_owned(), source };
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
+        Ok(event) if event.kind.is_access() => {}
+        Ok(_) => {
+            let _ = sender.send(());
+        }
+        Err(error) => tracing::warn!(%error, "manifest directory watch error"),
+    })
+    .map_err(watch_error)?;
+    watcher.watch(dir, RecursiveMode::NonRecursive).map_err(watch_error)?;
+    Ok(DirChanges { _watcher: watcher, events })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n";
+
+    #[test]
+    fn a_broken_edit_keeps_the_last_good_content_and_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("web.yaml");
+        std::fs::write(&file, SERVICE).unwrap();
+        let mut source = ManifestDir::new(dir.path());
+        assert_eq!(source.load().unwrap().snapshot.services.len(), 1);
+
+        std::fs::write(&file, "apiVersion: v1\nkind: Service\nmetadata: {name: web\n").unwrap();
+        let load = source.load().unwrap();
+        assert_eq!(load.snapshot.services.len(), 1, "last good content must stay");
+        assert_eq!(load.errors.len(), 1);
+        assert!(load.errors[0].to_string().contains("web.yaml"), "{}", load.errors[0]);
+    }
+
+    #[test]
+    fn removing_a_file_removes_its_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("web.yml");
+        std::fs::write(&file, SERVICE).unwrap();
+        let mut source = ManifestDir::new(dir.path());
+        assert_eq!(source.load().unwrap().snapshot.services.len(), 1);
+        std::fs::remove_file(&file).unwrap();
+        assert!(source.load().unwrap().snapshot.services.is_empty());
+    }
+
+    #[test]
+    fn skips_hidden_and_foreign_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".hidden.yaml"), SERVICE).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), SERVICE).unwrap();
+        let load = ManifestDir::new(dir.path()).load().unwrap();
+        assert_eq!(load.files, 0);
+        assert!(load.snapshot.services.is_empty());
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_error_naming_it() {
+        let error = ManifestDir::new("/nonexistent/sluice-manifests").load().map(|_| ()).unwrap_err();
+        assert!(error.to_string().contains("/nonexistent/sluice-manifests"));
+    }
+
+    #[tokio::test]
+    async fn reports_a_change_in_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut changes = watch_dir(dir.path()).unwrap();
+        std::fs::write(dir.path().join("web.yaml"), SERVICE).unwrap();
+        let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+        assert_eq!(changed.ok(), Some(true));
+    }
+}
