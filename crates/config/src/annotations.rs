@@ -75,12 +75,10 @@ pub(crate) fn service_annotations(annotations: Option<&Annotations>, object: &Ob
     }
 }
 
-/// Whether an IngressClass carries `is-default-class: "true"`.
+/// Whether an IngressClass carries `is-default-class: "true"`: exactly `"true"`, as the
+/// Kubernetes admission plugin that assigns the default class compares it.
 pub(crate) fn is_default_class(annotations: Option<&Annotations>) -> bool {
-    annotations
-        .and_then(|a| a.get(DEFAULT_CLASS))
-        .and_then(|value| parse_bool(value))
-        .unwrap_or(false)
+    annotations.and_then(|a| a.get(DEFAULT_CLASS)).is_some_and(|value| value == "true")
 }
 
 fn report_unknown(annotations: &Annotations, known: impl Fn(&str) -> bool, object: &ObjectRef, diagnostics: &mut Diagnostics) {

@@ -14,4 +14,4 @@ pub use backend::{Backend, BackendId, BackendMode, Endpoint, EndpointCell, Endpo
 pub use host::{normalize_request_host, HostMatch};
 pub use path::{PathKind, PathMatch};
 pub use table::{BackendIndex, Route, RoutingTable, TableBuilder};
-pub use view::{BackendView, HostView, RouteView, TableView};
+pub use view::{BackendView, RouteView, TableView};

@@ -1,5 +1,6 @@
 //! A serialisable, human-readable view of a routing table for the admin API and `sluice check`.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -12,16 +13,10 @@ use crate::table::RoutingTable;
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TableView {
-    pub hosts: Vec<HostView>,
+    /// Host as written in the Ingress (`*` for rules with no host) → its routes in precedence order.
+    pub hosts: BTreeMap<String, Vec<RouteView>>,
     pub default_backend: Option<BackendId>,
-    pub backends: Vec<BackendView>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct HostView {
-    /// The host as written in the Ingress, or `*` for rules with no host.
-    pub host: String,
-    pub routes: Vec<RouteView>,
+    pub backends: BTreeMap<BackendId, BackendView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -35,7 +30,6 @@ pub struct RouteView {
 
 #[derive(Debug, Serialize)]
 pub struct BackendView {
-    pub id: BackendId,
     pub mode: BackendMode,
     pub endpoints: EndpointSet,
 }
@@ -46,9 +40,8 @@ impl TableView {
         let hosts = table
             .hosts()
             .into_iter()
-            .map(|(host, routes)| HostView {
-                host: host.to_string(),
-                routes: routes
+            .map(|(host, routes)| {
+                let routes = routes
                     .iter()
                     .filter_map(|route| {
                         Some(RouteView {
@@ -58,16 +51,19 @@ impl TableView {
                             ingress: route.ingress.to_string(),
                         })
                     })
-                    .collect(),
+                    .collect();
+                (host.to_string(), routes)
             })
             .collect();
         let backends = table
             .backends()
             .iter()
-            .map(|backend| BackendView {
-                id: backend.id().clone(),
-                mode: backend.mode(),
-                endpoints: (*backend.endpoints().load()).clone(),
+            .map(|backend| {
+                let view = BackendView {
+                    mode: backend.mode(),
+                    endpoints: (*backend.endpoints().load()).clone(),
+                };
+                (backend.id().clone(), view)
             })
             .collect();
         Self {
@@ -84,9 +80,9 @@ impl fmt::Display for TableView {
         if self.hosts.is_empty() {
             writeln!(f, "  (none)")?;
         }
-        for host in &self.hosts {
-            writeln!(f, "  {}", host.host)?;
-            for route in &host.routes {
+        for (host, routes) in &self.hosts {
+            writeln!(f, "  {host}")?;
+            for route in routes {
                 let kind = format!("{:?}", route.path_type);
                 writeln!(f, "    {:<24} {:<7} -> {}  (from {})", route.path, kind, route.backend, route.ingress)?;
             }
@@ -98,10 +94,10 @@ impl fmt::Display for TableView {
         if self.backends.is_empty() {
             writeln!(f, "  (none)")?;
         }
-        for backend in &self.backends {
+        for (id, backend) in &self.backends {
             let endpoints: Vec<String> = backend.endpoints.as_slice().iter().map(ToString::to_string).collect();
             let endpoints = if endpoints.is_empty() { "no endpoints".to_owned() } else { endpoints.join(", ") };
-            writeln!(f, "  {} [{}] {}", backend.id, backend.mode, endpoints)?;
+            writeln!(f, "  {id} [{}] {endpoints}", backend.mode)?;
         }
         Ok(())
     }

@@ -1,1 +1,46 @@
-fn main() {}
+//! The sluice binary: command line, wiring of source → compile → publish → proxy, and the admin listener.
+
+mod admin;
+mod check;
+mod cli;
+mod control;
+mod demo;
+mod serve;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sluice: cannot start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(args.into_config(), serve::shutdown_on_signal()).await.map(|()| true),
+            Command::Check(args) => check::run(&args),
+            Command::Demo(args) => demo::run(args).await.map(|()| true),
+        }
+    });
+    match result {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("sluice: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr; `RUST_LOG` overrides the default level (info).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+}

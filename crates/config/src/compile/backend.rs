@@ -87,7 +87,9 @@ pub(super) fn resolve(
         builder.add_backend(Backend::new(id.clone(), mode, EndpointSet::default()));
         return Some(id);
     };
-    if !builder.has_backend(&id) {
+    // Service-upstream diagnostics are about the Ingress that asks for it, so every such Ingress
+    // gets them, not only the first to reference the backend (repeats on one object dedup).
+    if !builder.has_backend(&id) || mode == BackendMode::ServiceUpstream {
         let upstream_object = if reference.service_upstream { ingress } else { &service_ref };
         let endpoints = match mode {
             BackendMode::Endpoints => endpoints_mode(slices.slices(namespace, &target.name), port, &service_ref, diagnostics),

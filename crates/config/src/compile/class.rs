@@ -54,7 +54,8 @@ impl<'a> ClassFilter<'a> {
         match spec_class.or(legacy_class) {
             Some(class) if class == self.class => true,
             Some(class) => {
-                diagnostics.info(object, "spec.ingressClassName", format!("class {class:?} is not {:?}; not served by this sluice", self.class));
+                let field = if spec_class.is_some() { "spec.ingressClassName".to_owned() } else { format!("metadata.annotations[{INGRESS_CLASS}]") };
+                diagnostics.info(object, field, format!("class {class:?} is not {:?}; not served by this sluice", self.class));
                 false
             }
             None if self.serve_classless => true,

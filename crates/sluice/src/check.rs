@@ -1,0 +1,38 @@
+//! `sluice check`: parse and compile a manifest directory, print the route table and every diagnostic, and fail on errors.
+
+use sluice_config::{compile, Severity};
+use sluice_routing::TableView;
+use sluice_sources::ManifestDir;
+
+use crate::cli::CheckArgs;
+use crate::control::file_diagnostics;
+
+/// Prints the report to stdout. Returns `Ok(false)` when any file failed or any error-level
+/// diagnostic exists.
+pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
+    let load = ManifestDir::new(&args.manifests).load()?;
+    let compiled = compile(&load.snapshot, &args.class.compile_options());
+    let mut diagnostics = file_diagnostics(&load.errors);
+    diagnostics.extend(compiled.diagnostics);
+    diagnostics.sort_by(|a, b| b.severity.cmp(&a.severity));
+
+    println!("Read {} manifest file(s) from {}.\n", load.files, args.manifests.display());
+    print!("{}", TableView::of(&compiled.table));
+    println!();
+    if diagnostics.is_empty() {
+        println!("Diagnostics: none");
+    } else {
+        println!("Diagnostics ({}):", diagnostics.len());
+        for diagnostic in &diagnostics {
+            println!("  {diagnostic}");
+        }
+    }
+    let errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
+    println!();
+    if errors == 0 {
+        println!("OK: no errors.");
+    } else {
+        println!("FAILED: {errors} error(s).");
+    }
+    Ok(errors == 0)
+}

@@ -1,0 +1,115 @@
+//! `sluice demo`: three demo pods and a ClusterIP stand-in on 127.0.0.x, manifests that point at them, and sluice serving them.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use sluice_config::CompileOptions;
+use sluice_proxy::UpstreamOptions;
+use sluice_testkit::EchoBackend;
+
+use crate::cli::DemoArgs;
+use crate::serve::{shutdown_on_signal, ServeConfig, Server};
+
+/// The manifests in examples/demo/, with `{{POD_PORT}}`, `{{CLUSTER_IP}}` and `{{CLUSTER_PORT}}`
+/// left for the demo to fill in.
+const TEMPLATES: [(&str, &str); 3] = [
+    ("ingress-class.yaml", include_str!("../../../examples/demo/ingress-class.yaml")),
+    ("web.yaml", include_str!("../../../examples/demo/web.yaml")),
+    ("legacy.yaml", include_str!("../../../examples/demo/legacy.yaml")),
+];
+
+/// Loopback addresses of the demo pods, as an EndpointSlice would list pod IPs.
+const POD_IPS: [Ipv4Addr; 3] = [Ipv4Addr::new(127, 0, 0, 11), Ipv4Addr::new(127, 0, 0, 12), Ipv4Addr::new(127, 0, 0, 13)];
+const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
+/// Loopback address of the stand-in for a Service's ClusterIP.
+const CLUSTER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 20);
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let pods = start_pods().await?;
+    let pod_port = pods[0].addr().port();
+    let cluster_ip = EchoBackend::start("cluster-ip (kube-proxy would pick a pod here)", IpAddr::V4(CLUSTER_IP))
+        .await
+        .with_context(|| format!("cannot start the ClusterIP stand-in on {CLUSTER_IP}"))?;
+    let dir = tempfile::Builder::new().prefix("sluice-demo-").tempdir().context("cannot create a directory for the demo manifests")?;
+    write_manifests(dir.path(), pod_port, cluster_ip.addr())?;
+
+    let config = ServeConfig {
+        manifests: dir.path().to_owned(),
+        listen: args.listen,
+        admin: args.admin,
+        compile: CompileOptions::default(),
+        upstream: UpstreamOptions::default(),
+        drain_timeout: Duration::from_secs(2),
+    };
+    let server = Server::bind(config).await?;
+    print_instructions(&args, dir.path(), &pods);
+    server.run(shutdown_on_signal()).await
+}
+
+/// Starts the three pods on one port number, as pods behind one targetPort listen.
+async fn start_pods() -> anyhow::Result<Vec<EchoBackend>> {
+    let mut last_error = None;
+    for _attempt in 0..20 {
+        let first = EchoBackend::start(POD_NAMES[0], IpAddr::V4(POD_IPS[0])).await.with_context(|| format!("cannot start a demo pod on {}", POD_IPS[0]))?;
+        let port = first.addr().port();
+        let mut pods = vec![first];
+        for (name, ip) in POD_NAMES.iter().zip(POD_IPS).skip(1) {
+            match EchoBackend::start_on(name, SocketAddr::new(IpAddr::V4(ip), port)).await {
+                Ok(pod) => pods.push(pod),
+                Err(error) => {
+                    last_error = Some(error);
+                    break;
+                }
+            }
+        }
+        if pods.len() == POD_IPS.len() {
+            return Ok(pods);
+        }
+    }
+    Err(anyhow::anyhow!("cannot find a port free on all demo pod addresses: {last_error:?}"))
+}
+
+fn write_manifests(dir: &Path, pod_port: u16, cluster_ip: SocketAddr) -> anyhow::Result<()> {
+    for (name, template) in TEMPLATES {
+        let text = template
+            .replace("{{POD_PORT}}", &pod_port.to_string())
+            .replace("{{CLUSTER_IP}}", &cluster_ip.ip().to_string())
+            .replace("{{CLUSTER_PORT}}", &cluster_ip.port().to_string());
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_instructions(args: &DemoArgs, dir: &Path, pods: &[EchoBackend]) {
+    let proxy = args.listen;
+    let pod_list: Vec<String> = pods.iter().map(|p| format!("{} on {}", p.name(), p.addr())).collect();
+    println!(
+        r#"
+sluice demo is running.
+  proxy:     http://{proxy}
+  admin:     http://{admin}
+  pods:      {pods}
+  manifests: {dir}   (edit them: changes apply within a second)
+
+Try:
+  # path routing and round robin: / is served by three pods in turn
+  for i in 1 2 3; do curl -s http://{proxy}/; done
+  # /api is served by one pod
+  curl -s http://{proxy}/api/items
+  # service-upstream: the legacy.demo Ingress goes to the Service's ClusterIP
+  curl -s -H 'Host: legacy.demo' http://{proxy}/
+  # a Service whose only pod is not ready: 503
+  curl -s http://{proxy}/down
+  # the compiled table, endpoints and diagnostics
+  curl -s http://{admin}/api/routes
+
+Press Ctrl-C to stop.
+"#,
+        admin = args.admin,
+        pods = pod_list.join(", "),
+        dir = dir.display(),
+    );
+}

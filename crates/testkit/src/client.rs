@@ -1,0 +1,44 @@
+//! HTTP clients for tests: pooled HTTP/1.1 or h2c (prior knowledge), and a one-call GET.
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Either, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::body::PatternBody;
+
+/// A request body for test clients: small and whole, or generated and streamed.
+pub type TestBody = Either<Full<Bytes>, PatternBody>;
+
+/// Pooled keep-alive HTTP/1.1 client.
+pub fn http_client() -> Client<HttpConnector, TestBody> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// HTTP/2 over cleartext with prior knowledge.
+pub fn h2c_client() -> Client<HttpConnector, TestBody> {
+    Client::builder(TokioExecutor::new()).http2_only(true).build(HttpConnector::new())
+}
+
+/// A whole response, read into memory (for small bodies).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+/// GETs `url` with the given Host header and reads the whole answer.
+pub async fn get(client: &Client<HttpConnector, TestBody>, url: &str, host: &str) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
+    let request = Request::get(url).header("host", host).body(Either::Left(Full::new(Bytes::new())))?;
+    let response = client.request(request).await?;
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await?.to_bytes();
+    Ok(Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}

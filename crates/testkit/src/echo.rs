@@ -1,0 +1,164 @@
+//! Echo backends: small HTTP servers standing in for pods, each answering with its own name.
+//!
+//! By default a backend answers `200` with its name and a newline. Special paths drive tests:
+//! - `/__testkit/bytes/N` streams N bytes back;
+//! - `/__testkit/upload` reads the whole request body and answers with its length;
+//! - `/__testkit/sleep/MS` waits MS milliseconds before answering;
+//! - `/__testkit/reset` closes the connection without answering.
+//!
+//! A request with header `x-echo: json` gets a JSON description of itself instead: backend name,
+//! method, the raw request target and all headers.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::body::PatternBody;
+
+type EchoBody = Either<Full<Bytes>, PatternBody>;
+
+/// Why an echo request failed on purpose (the `/__testkit/reset` path) or by accident.
+#[derive(Debug)]
+pub struct EchoError(&'static str);
+
+impl std::fmt::Display for EchoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for EchoError {}
+
+/// A running echo backend. Stops when dropped.
+pub struct EchoBackend {
+    name: String,
+    addr: SocketAddr,
+    requests: Arc<AtomicU64>,
+    task: JoinHandle<()>,
+}
+
+impl EchoBackend {
+    /// Starts a backend named `name` on `ip` with an ephemeral port.
+    pub async fn start(name: &str, ip: IpAddr) -> std::io::Result<Self> {
+        Self::start_on(name, SocketAddr::new(ip, 0)).await
+    }
+
+    /// Starts a backend named `name` on exactly `addr`.
+    pub async fn start_on(name: &str, addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let requests = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn(accept_loop(listener, name.to_owned(), requests.clone()));
+        Ok(Self {
+            name: name.to_owned(),
+            addr,
+            requests,
+            task,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// How many requests this backend has received.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for EchoBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, name: String, requests: Arc<AtomicU64>) {
+    let name: Arc<str> = name.into();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let (name, requests) = (name.clone(), requests.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                requests.fetch_add(1, Ordering::Relaxed);
+                answer(name.clone(), request)
+            });
+            let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<EchoBody>, EchoError> {
+    let path = request.uri().path().to_owned();
+    if let Some(len) = path.strip_prefix("/__testkit/bytes/") {
+        let len = len.parse().map_err(|_| EchoError("bad length"))?;
+        return Ok(Response::new(Either::Right(PatternBody::new(len))));
+    }
+    if path == "/__testkit/upload" {
+        let received = count_body(request.into_body()).await?;
+        return Ok(text(StatusCode::OK, format!("{received}\n")));
+    }
+    if let Some(ms) = path.strip_prefix("/__testkit/sleep/") {
+        let ms = ms.parse().map_err(|_| EchoError("bad duration"))?;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if path == "/__testkit/reset" {
+        return Err(EchoError("reset on request"));
+    }
+    if request.headers().get("x-echo").is_some_and(|v| v == "json") {
+        return Ok(text(StatusCode::OK, describe(&name, &request).to_string()));
+    }
+    Ok(text(StatusCode::OK, format!("{name}\n")))
+}
+
+async fn count_body(mut body: Incoming) -> Result<u64, EchoError> {
+    let mut received = 0u64;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| EchoError("upload broke off"))?;
+        if let Some(data) = frame.data_ref() {
+            received += data.len() as u64;
+        }
+    }
+    Ok(received)
+}
+
+fn describe(name: &str, request: &Request<Incoming>) -> serde_json::Value {
+    let mut headers = serde_json::Map::new();
+    for (key, value) in request.headers() {
+        let entry = headers.entry(key.as_str()).or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        if let serde_json::Value::Array(values) = entry {
+            values.push(String::from_utf8_lossy(value.as_bytes()).into_owned().into());
+        }
+    }
+    let target = request.uri().path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+    serde_json::json!({
+        "backend": name,
+        "method": request.method().as_str(),
+        "target": target,
+        "headers": headers,
+    })
+}
+
+fn text(status: StatusCode, body: String) -> Response<EchoBody> {
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(body))));
+    *response.status_mut() = status;
+    response
+}
