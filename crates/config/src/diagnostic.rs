@@ -96,6 +96,10 @@ impl Diagnostics {
         self.push(Severity::Info, object, field, message);
     }
 
+    pub(crate) fn append(&mut self, mut other: Diagnostics) {
+        self.0.append(&mut other.0);
+    }
+
     /// Sorted and de-duplicated, so two compiles of the same input report the same list.
     pub(crate) fn into_sorted(mut self) -> Vec<Diagnostic> {
         self.0.sort();

@@ -57,23 +57,21 @@ pub(super) fn resolve(
 ) -> Option<BackendId> {
     let ServiceReference { namespace, service: target, ingress, .. } = *reference;
     let port_text = port_text(reference, diagnostics)?;
-    let base_id = BackendId::new(namespace, &target.name, &port_text);
     let Some(service) = snapshot.services.get(&ObjectKey::new(namespace, &target.name)) else {
         diagnostics.error(
             ingress,
             format!("{}.name", reference.field),
             format!("Service {namespace}/{} not found; requests to this backend answer 503", target.name),
         );
-        builder.add_backend(Backend::new(base_id.clone(), BackendMode::Endpoints, EndpointSet::default()));
-        return Some(base_id);
+        let mode = if reference.service_upstream { BackendMode::ServiceUpstream } else { BackendMode::Endpoints };
+        let id = backend_id(namespace, &target.name, &port_text, mode);
+        builder.add_backend(Backend::new(id.clone(), mode, EndpointSet::default()));
+        return Some(id);
     };
     let service_ref = ObjectRef::new("Service", Some(namespace), &target.name);
     let service_wants_upstream = service_annotations(service.metadata.annotations.as_ref(), &service_ref, diagnostics).service_upstream;
     let mode = backend_mode(service, reference.service_upstream || service_wants_upstream);
-    let id = match mode {
-        BackendMode::ServiceUpstream => BackendId::new(namespace, &target.name, &format!("{port_text}/service-upstream")),
-        _ => base_id,
-    };
+    let id = backend_id(namespace, &target.name, &port_text, mode);
     let Some(port) = find_port(service, reference) else {
         diagnostics.error(
             ingress,
@@ -99,6 +97,15 @@ pub(super) fn resolve(
         builder.add_backend(Backend::new(id.clone(), mode, endpoints));
     }
     Some(id)
+}
+
+/// `namespace/service:port`, with `/service-upstream` appended in that mode: one Service port can
+/// be reached both ways by different Ingresses.
+fn backend_id(namespace: &str, service: &str, port_text: &str, mode: BackendMode) -> BackendId {
+    match mode {
+        BackendMode::ServiceUpstream => BackendId::new(namespace, service, &format!("{port_text}/service-upstream")),
+        _ => BackendId::new(namespace, service, port_text),
+    }
 }
 
 fn port_text(reference: &ServiceReference<'_>, diagnostics: &mut Diagnostics) -> Option<String> {

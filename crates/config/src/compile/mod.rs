@@ -55,8 +55,12 @@ pub fn compile(snapshot: &Snapshot, options: &CompileOptions) -> Compiled {
     let classes = class::ClassFilter::new(snapshot, &options.ingress_class, options.watch_without_class, &mut compiler.diagnostics);
     for (key, ingress) in oldest_first(snapshot) {
         let object = ObjectRef::new("Ingress", Some(&key.namespace), &key.name);
-        let annotations = ingress_annotations(ingress.metadata.annotations.as_ref(), &object, &mut compiler.diagnostics);
+        // Annotation findings only matter for Ingresses this sluice serves: an nginx Ingress
+        // left in place during a migration should not flood the report.
+        let mut annotation_diagnostics = Diagnostics::default();
+        let annotations = ingress_annotations(ingress.metadata.annotations.as_ref(), &object, &mut annotation_diagnostics);
         if classes.serves(ingress, &annotations, &object, &mut compiler.diagnostics) {
+            compiler.diagnostics.append(annotation_diagnostics);
             compiler.add_ingress(key, ingress, &object, annotations.service_upstream);
         }
     }
