@@ -4,7 +4,9 @@
 //! - `/__testkit/bytes/N` streams N bytes back;
 //! - `/__testkit/upload` reads the whole request body and answers with its length;
 //! - `/__testkit/sleep/MS` waits MS milliseconds before answering;
-//! - `/__testkit/reset` closes the connection without answering.
+//! - `/__testkit/reset` closes the connection without answering;
+//! - `/__testkit/hop-headers` answers with hop-by-hop headers a proxy must strip
+//!   (`Connection: x-hop-secret`, `X-Hop-Secret`, `Keep-Alive`) next to `X-Kept: yes`.
 //!
 //! A request with header `x-echo: json` gets a JSON description of itself instead: backend name,
 //! method, the raw request target and all headers.
@@ -122,6 +124,15 @@ async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<E
     }
     if path == "/__testkit/reset" {
         return Err(EchoError("reset on request"));
+    }
+    if path == "/__testkit/hop-headers" {
+        let mut response = text(StatusCode::OK, format!("{name}\n"));
+        let headers = response.headers_mut();
+        headers.insert("connection", http::HeaderValue::from_static("x-hop-secret"));
+        headers.insert("x-hop-secret", http::HeaderValue::from_static("1"));
+        headers.insert("keep-alive", http::HeaderValue::from_static("timeout=5"));
+        headers.insert("x-kept", http::HeaderValue::from_static("yes"));
+        return Ok(response);
     }
     if request.headers().get("x-echo").is_some_and(|v| v == "json") {
         return Ok(text(StatusCode::OK, describe(&name, &request).to_string()));

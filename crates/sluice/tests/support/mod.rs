@@ -1,0 +1,153 @@
+//! Shared helpers for the end-to-end tests: run the real sluice binary on loopback, write manifests, wait for conditions.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt::Write as _;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_testkit::{get, http_client};
+
+/// The real `sluice` binary, started with `serve` on free loopback ports. Killed on drop.
+pub struct Sluice {
+    child: Child,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub dir: PathBuf,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Sluice {
+    /// Starts `sluice serve --manifests dir` plus `extra` flags and waits for /readyz.
+    pub async fn start(dir: &Path, extra: &[&str]) -> Self {
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["serve", "--manifests"])
+            .arg(dir)
+            .args(["--listen", &listen.to_string(), "--admin", &admin.to_string()])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start sluice");
+        let sluice = Self { child, listen, admin, dir: dir.to_owned() };
+        let client = http_client();
+        let ready_url = format!("http://{admin}/readyz");
+        wait_until("sluice to be ready", Duration::from_secs(20), || {
+            let (client, url) = (client.clone(), ready_url.clone());
+            async move { get(&client, &url, "admin").await.is_ok_and(|r| r.status == 200) }
+        })
+        .await;
+        sluice
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.listen)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Peak resident memory of the sluice process, in bytes (VmHWM).
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kib * 1024
+    }
+
+    /// The /api/routes document.
+    pub async fn routes(&self) -> serde_json::Value {
+        let reply = get(&http_client(), &format!("http://{}/api/routes", self.admin), "admin").await.unwrap();
+        serde_json::from_str(&reply.body).unwrap()
+    }
+
+    /// Waits until a table newer than `generation` is published.
+    pub async fn wait_for_generation_after(&self, generation: u64) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if self.routes().await["generation"].as_u64().unwrap() > generation {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("no table newer than generation {generation} was published within 5 s");
+    }
+
+    pub async fn generation(&self) -> u64 {
+        self.routes().await["generation"].as_u64().unwrap()
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds, or panics after `limit`.
+pub async fn wait_until<F, Fut>(what: &str, limit: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if condition().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out after {limit:?} waiting for {what}");
+}
+
+/// An Ingress of class sluice with one rule: `host` (empty for any) and `(path, pathType, service, port)`.
+pub fn ingress(name: &str, host: &str, paths: &[(&str, &str, &str, u16)]) -> String {
+    let mut yaml = format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\nspec:\n  ingressClassName: sluice\n  rules:\n  - {}http:\n      paths:\n",
+        if host.is_empty() { String::new() } else { format!("host: {host}\n    ") }
+    );
+    for (path, path_type, service, port) in paths {
+        writeln!(
+            yaml,
+            "      - path: {path}\n        pathType: {path_type}\n        backend:\n          service:\n            name: {service}\n            port:\n              number: {port}"
+        )
+        .unwrap();
+    }
+    yaml
+}
+
+/// A Service with one port, and one EndpointSlice per endpoint (endpoints may differ in port).
+pub fn service(name: &str, port: u16, endpoints: &[SocketAddr]) -> String {
+    let mut yaml = format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  ports:\n  - port: {port}\n");
+    for (index, endpoint) in endpoints.iter().enumerate() {
+        write!(
+            yaml,
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-{index}\n  labels:\n    kubernetes.io/service-name: {name}\naddressType: IPv4\nports:\n- port: {}\nendpoints:\n- addresses: [\"{}\"]\n",
+            endpoint.port(),
+            endpoint.ip()
+        )
+        .unwrap();
+    }
+    yaml
+}
+
+/// Writes a manifest file atomically (write then rename), as config management tools do.
+pub fn write_manifest(dir: &Path, name: &str, documents: &[String]) {
+    let text = documents.join("---\n");
+    let temporary = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&temporary, text).unwrap();
+    std::fs::rename(&temporary, dir.join(name)).unwrap();
+}
+
+/// A loopback address standing in for a pod IP.
+pub fn pod_ip(n: u8) -> std::net::IpAddr {
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 1, n))
+}
