@@ -36,7 +36,7 @@ impl Format {
 /// applied whole or not at all, so a half-edited file never half-applies.
 pub fn parse_manifest(text: &str, format: Format) -> Result<Vec<Document>, Vec<DocumentError>> {
     let values = match format {
-        Format::Yaml => serde_saphyr::from_multiple::<Value>(text).map_err(|e| e.to_string()),
+        Format::Yaml => serde_saphyr::from_multiple::<Value>(text).map_err(|e| e.without_snippet().to_string()),
         Format::Json => serde_json::from_str::<Value>(text).map(|v| vec![v]).map_err(|e| e.to_string()),
     }
     .map_err(|reason| vec![DocumentError::syntax(reason)])?;
