@@ -16,8 +16,10 @@ pub const INGRESS_SERVICE_UPSTREAM: [&str; 3] = [
     "sluice.dev/service-upstream",
 ];
 /// Service annotations that send all traffic for the Service to its ClusterIP.
-pub const SERVICE_SERVICE_UPSTREAM: [&str; 2] =
-    ["traefik.ingress.kubernetes.io/service.nativelb", "sluice.dev/service-upstream"];
+pub const SERVICE_SERVICE_UPSTREAM: [&str; 2] = [
+    "traefik.ingress.kubernetes.io/service.nativelb",
+    "sluice.dev/service-upstream",
+];
 
 /// Annotation prefixes of ingress controllers; keys under them that sluice does not know are
 /// reported, so nobody migrates believing an nginx or Traefik setting still applies.
@@ -47,7 +49,11 @@ pub struct ServiceAnnotations {
 type Annotations = BTreeMap<String, String>;
 
 /// Reads an Ingress's annotations, reporting unknown controller annotations and invalid values.
-pub(crate) fn ingress_annotations(annotations: Option<&Annotations>, object: &ObjectRef, diagnostics: &mut Diagnostics) -> IngressAnnotations {
+pub(crate) fn ingress_annotations(
+    annotations: Option<&Annotations>,
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> IngressAnnotations {
     let Some(annotations) = annotations else {
         return IngressAnnotations::default();
     };
@@ -60,16 +66,28 @@ pub(crate) fn ingress_annotations(annotations: Option<&Annotations>, object: &Ob
 }
 
 /// Reads a Service's annotations, reporting unknown sluice and Traefik service annotations.
-pub(crate) fn service_annotations(annotations: Option<&Annotations>, object: &ObjectRef, diagnostics: &mut Diagnostics) -> ServiceAnnotations {
+pub(crate) fn service_annotations(
+    annotations: Option<&Annotations>,
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> ServiceAnnotations {
     let Some(annotations) = annotations else {
         return ServiceAnnotations::default();
     };
     let relevant: Annotations = annotations
         .iter()
-        .filter(|(key, _)| key.starts_with("sluice.dev/") || key.starts_with("traefik.ingress.kubernetes.io/service."))
+        .filter(|(key, _)| {
+            key.starts_with("sluice.dev/")
+                || key.starts_with("traefik.ingress.kubernetes.io/service.")
+        })
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
-    report_unknown(&relevant, |key| SERVICE_SERVICE_UPSTREAM.contains(&key), object, diagnostics);
+    report_unknown(
+        &relevant,
+        |key| SERVICE_SERVICE_UPSTREAM.contains(&key),
+        object,
+        diagnostics,
+    );
     ServiceAnnotations {
         service_upstream: any_true(annotations, &SERVICE_SERVICE_UPSTREAM, object, diagnostics),
     }
@@ -78,19 +96,37 @@ pub(crate) fn service_annotations(annotations: Option<&Annotations>, object: &Ob
 /// Whether an IngressClass carries `is-default-class: "true"`: exactly `"true"`, as the
 /// Kubernetes admission plugin that assigns the default class compares it.
 pub(crate) fn is_default_class(annotations: Option<&Annotations>) -> bool {
-    annotations.and_then(|a| a.get(DEFAULT_CLASS)).is_some_and(|value| value == "true")
+    annotations
+        .and_then(|a| a.get(DEFAULT_CLASS))
+        .is_some_and(|value| value == "true")
 }
 
-fn report_unknown(annotations: &Annotations, known: impl Fn(&str) -> bool, object: &ObjectRef, diagnostics: &mut Diagnostics) {
+fn report_unknown(
+    annotations: &Annotations,
+    known: impl Fn(&str) -> bool,
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) {
     for key in annotations.keys() {
-        let controller_owned = CONTROLLER_PREFIXES.iter().any(|prefix| key.starts_with(prefix));
+        let controller_owned = CONTROLLER_PREFIXES
+            .iter()
+            .any(|prefix| key.starts_with(prefix));
         if controller_owned && !known(key) {
-            diagnostics.warning(object, annotation_field(key), "annotation is not supported by sluice and is ignored");
+            diagnostics.warning(
+                object,
+                annotation_field(key),
+                "annotation is not supported by sluice and is ignored",
+            );
         }
     }
 }
 
-fn any_true(annotations: &Annotations, keys: &[&str], object: &ObjectRef, diagnostics: &mut Diagnostics) -> bool {
+fn any_true(
+    annotations: &Annotations,
+    keys: &[&str],
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> bool {
     let mut enabled = false;
     for key in keys {
         let Some(value) = annotations.get(*key) else {
@@ -101,7 +137,9 @@ fn any_true(annotations: &Annotations, keys: &[&str], object: &ObjectRef, diagno
             None => diagnostics.warning(
                 object,
                 annotation_field(key),
-                format!("invalid value {value:?}: expected \"true\" or \"false\"; treated as false"),
+                format!(
+                    "invalid value {value:?}: expected \"true\" or \"false\"; treated as false"
+                ),
             ),
         }
     }

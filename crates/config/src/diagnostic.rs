@@ -75,7 +75,13 @@ impl fmt::Display for Diagnostic {
 pub(crate) struct Diagnostics(Vec<Diagnostic>);
 
 impl Diagnostics {
-    pub(crate) fn push(&mut self, severity: Severity, object: &ObjectRef, field: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn push(
+        &mut self,
+        severity: Severity,
+        object: &ObjectRef,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
         self.0.push(Diagnostic {
             severity,
             object: object.clone(),
@@ -84,15 +90,30 @@ impl Diagnostics {
         });
     }
 
-    pub(crate) fn error(&mut self, object: &ObjectRef, field: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn error(
+        &mut self,
+        object: &ObjectRef,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
         self.push(Severity::Error, object, field, message);
     }
 
-    pub(crate) fn warning(&mut self, object: &ObjectRef, field: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn warning(
+        &mut self,
+        object: &ObjectRef,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
         self.push(Severity::Warning, object, field, message);
     }
 
-    pub(crate) fn info(&mut self, object: &ObjectRef, field: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn info(
+        &mut self,
+        object: &ObjectRef,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
         self.push(Severity::Info, object, field, message);
     }
 

@@ -7,7 +7,9 @@ mod error;
 mod manifest;
 mod snapshot;
 
-pub use compile::{compile, ready_endpoints, CompileOptions, Compiled, CONTROLLER, SERVICE_NAME_LABEL};
+pub use compile::{
+    compile, ready_endpoints, CompileOptions, Compiled, CONTROLLER, SERVICE_NAME_LABEL,
+};
 pub use diagnostic::{Diagnostic, ObjectRef, Severity};
 pub use error::DocumentError;
 pub use manifest::{parse_manifest, Document, Format};

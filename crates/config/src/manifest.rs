@@ -6,12 +6,17 @@ use crate::error::DocumentError;
 use crate::snapshot::KubeObject;
 
 /// What one document (or `List` item) of a manifest turned out to be.
+#[allow(clippy::large_enum_variant)] // transient, like `KubeObject`
 #[derive(Clone, Debug, PartialEq)]
 pub enum Document {
     /// An object of a kind sluice reads.
     Object(KubeObject),
     /// A well-formed object of a kind sluice does not read (a Deployment, say).
-    Skipped { api_version: String, kind: String, name: String },
+    Skipped {
+        api_version: String,
+        kind: String,
+        name: String,
+    },
 }
 
 /// The text format of a manifest file.
@@ -36,8 +41,12 @@ impl Format {
 /// applied whole or not at all, so a half-edited file never half-applies.
 pub fn parse_manifest(text: &str, format: Format) -> Result<Vec<Document>, Vec<DocumentError>> {
     let values = match format {
-        Format::Yaml => serde_saphyr::from_multiple::<Value>(text).map_err(|e| e.without_snippet().to_string()),
-        Format::Json => serde_json::from_str::<Value>(text).map(|v| vec![v]).map_err(|e| e.to_string()),
+        Format::Yaml => {
+            serde_saphyr::from_multiple::<Value>(text).map_err(|e| e.without_snippet().to_string())
+        }
+        Format::Json => serde_json::from_str::<Value>(text)
+            .map(|v| vec![v])
+            .map_err(|e| e.to_string()),
     }
     .map_err(|reason| vec![DocumentError::syntax(reason)])?;
 
@@ -78,7 +87,9 @@ fn parse_document(value: Value) -> Result<Vec<Document>, (Option<usize>, String)
             .map(|(index, item)| parse_object(item).map_err(|reason| (Some(index + 1), reason)))
             .collect();
     }
-    parse_object(value).map(|document| vec![document]).map_err(|reason| (None, reason))
+    parse_object(value)
+        .map(|document| vec![document])
+        .map_err(|reason| (None, reason))
 }
 
 fn type_of(value: &Value) -> Result<(String, String), String> {
@@ -100,8 +111,16 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "Service" | "Secret" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
         _ => {
-            let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
-            return Ok(Document::Skipped { api_version, kind, name });
+            let name = value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            return Ok(Document::Skipped {
+                api_version,
+                kind,
+                name,
+            });
         }
     };
     if api_version != expected_api_version {
@@ -138,13 +157,19 @@ fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, String> {
 mod tests {
     use super::*;
 
-    const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n";
+    const SERVICE: &str =
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n";
 
     #[test]
     fn reads_multiple_documents_and_skips_other_kinds() {
-        let text = format!("{SERVICE}---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n");
+        let text = format!(
+            "{SERVICE}---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n"
+        );
         let documents = parse_manifest(&text, Format::Yaml).expect("valid manifest");
-        assert!(matches!(&documents[0], Document::Object(KubeObject::Service(_))));
+        assert!(matches!(
+            &documents[0],
+            Document::Object(KubeObject::Service(_))
+        ));
         assert!(matches!(&documents[1], Document::Skipped { kind, .. } if kind == "Deployment"));
     }
 
@@ -180,7 +205,11 @@ mod tests {
 
     #[test]
     fn requires_a_name() {
-        let errors = parse_manifest("apiVersion: v1\nkind: Service\nmetadata: {}\n", Format::Yaml).expect_err("no name");
+        let errors = parse_manifest(
+            "apiVersion: v1\nkind: Service\nmetadata: {}\n",
+            Format::Yaml,
+        )
+        .expect_err("no name");
         assert!(errors[0].to_string().contains("metadata.name"));
     }
 }

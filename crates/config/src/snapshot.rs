@@ -35,6 +35,10 @@ impl ObjectKey {
 }
 
 /// One object of a kind sluice reads.
+///
+/// Variants differ in size, but a `KubeObject` only lives between parsing and insertion into
+/// a [`Snapshot`], so boxing would cost an allocation per object for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum KubeObject {
     Ingress(Ingress),

@@ -1,12 +1,15 @@
 //! Table-driven compile tests: every `fixtures/<case>.yaml` holds Kubernetes objects plus one
 //! `kind: Expectations` document saying which backend each request reaches and exactly which
 //! diagnostics the compile reports.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
-use sluice_config::{compile, parse_manifest, CompileOptions, Diagnostic, Document, Format, Severity, Snapshot};
+use sluice_config::{
+    compile, parse_manifest, CompileOptions, Diagnostic, Document, Format, Severity, Snapshot,
+};
 use sluice_routing::normalize_request_host;
 
 #[derive(Debug, Deserialize)]
@@ -66,7 +69,8 @@ impl ExpectedDiagnostic {
 
 fn load(path: &Path) -> (Snapshot, Expectations) {
     let text = std::fs::read_to_string(path).unwrap();
-    let documents = parse_manifest(&text, Format::Yaml).unwrap_or_else(|errors| panic!("{}: {errors:?}", path.display()));
+    let documents = parse_manifest(&text, Format::Yaml)
+        .unwrap_or_else(|errors| panic!("{}: {errors:?}", path.display()));
     let objects = documents.into_iter().filter_map(|document| match document {
         Document::Object(object) => Some(object),
         Document::Skipped { .. } => None,
@@ -75,7 +79,10 @@ fn load(path: &Path) -> (Snapshot, Expectations) {
     let expectations = values
         .into_iter()
         .find(|value| value["kind"] == "Expectations")
-        .map(|value| serde_json::from_value(value).unwrap_or_else(|e| panic!("{}: bad Expectations: {e}", path.display())))
+        .map(|value| {
+            serde_json::from_value(value)
+                .unwrap_or_else(|e| panic!("{}: bad Expectations: {e}", path.display()))
+        })
         .unwrap_or_else(|| panic!("{}: no Expectations document", path.display()));
     (Snapshot::from_objects(objects), expectations)
 }
@@ -83,29 +90,56 @@ fn load(path: &Path) -> (Snapshot, Expectations) {
 fn check(path: &Path) -> Vec<String> {
     let (snapshot, expected) = load(path);
     let options = CompileOptions {
-        ingress_class: expected.options.ingress_class.clone().unwrap_or_else(|| "sluice".to_owned()),
+        ingress_class: expected
+            .options
+            .ingress_class
+            .clone()
+            .unwrap_or_else(|| "sluice".to_owned()),
         watch_without_class: expected.options.watch_ingress_without_class,
     };
     let compiled = compile(&snapshot, &options);
-    assert_eq!(compiled, compile(&snapshot, &options), "compile is not deterministic");
+    assert_eq!(
+        compiled,
+        compile(&snapshot, &options),
+        "compile is not deterministic"
+    );
     let mut failures = Vec::new();
     for request in &expected.requests {
-        let backend = compiled.table.lookup(&normalize_request_host(&request.host), &request.path);
+        let backend = compiled
+            .table
+            .lookup(&normalize_request_host(&request.host), &request.path);
         let actual = backend.map(|b| b.id().as_str().to_owned());
         if actual != request.backend {
-            failures.push(format!("{}{}: expected backend {:?}, got {actual:?}", request.host, request.path, request.backend));
+            failures.push(format!(
+                "{}{}: expected backend {:?}, got {actual:?}",
+                request.host, request.path, request.backend
+            ));
             continue;
         }
         let Some(backend) = backend else { continue };
-        let endpoints: Vec<String> = backend.endpoints().load().as_slice().iter().map(ToString::to_string).collect();
+        let endpoints: Vec<String> = backend
+            .endpoints()
+            .load()
+            .as_slice()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         if let Some(expected_endpoints) = &request.endpoints {
             if &endpoints != expected_endpoints {
-                failures.push(format!("{}{}: expected endpoints {expected_endpoints:?}, got {endpoints:?}", request.host, request.path));
+                failures.push(format!(
+                    "{}{}: expected endpoints {expected_endpoints:?}, got {endpoints:?}",
+                    request.host, request.path
+                ));
             }
         }
         if let Some(mode) = &request.mode {
             if &backend.mode().to_string() != mode {
-                failures.push(format!("{}{}: expected mode {mode}, got {}", request.host, request.path, backend.mode()));
+                failures.push(format!(
+                    "{}{}: expected mode {mode}, got {}",
+                    request.host,
+                    request.path,
+                    backend.mode()
+                ));
             }
         }
     }
@@ -118,7 +152,11 @@ fn check(path: &Path) -> Vec<String> {
             None => failures.push(format!("missing diagnostic {wanted:?}")),
         }
     }
-    failures.extend(unmatched.iter().map(|actual| format!("unexpected diagnostic: {actual}")));
+    failures.extend(
+        unmatched
+            .iter()
+            .map(|actual| format!("unexpected diagnostic: {actual}")),
+    );
     failures
 }
 
@@ -131,7 +169,11 @@ fn every_fixture_compiles_as_expected() {
         .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
         .collect();
     paths.sort();
-    assert!(paths.len() >= 30, "expected the full fixture set, found {}", paths.len());
+    assert!(
+        paths.len() >= 30,
+        "expected the full fixture set, found {}",
+        paths.len()
+    );
     let mut report = String::new();
     for path in &paths {
         let failures = check(path);

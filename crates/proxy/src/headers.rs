@@ -2,7 +2,10 @@
 
 use std::net::IpAddr;
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use http::header::{
+    HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION,
+    TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
+};
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
@@ -90,7 +93,12 @@ mod tests {
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         pairs
             .iter()
-            .map(|(k, v)| (HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap()))
+            .map(|(k, v)| {
+                (
+                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                )
+            })
             .collect()
     }
 
@@ -111,8 +119,15 @@ mod tests {
 
     #[test]
     fn appends_to_every_x_forwarded_for_value() {
-        let mut h = headers(&[("x-forwarded-for", "1.1.1.1"), ("x-forwarded-for", "2.2.2.2")]);
-        set_forwarded(&mut h, "127.0.0.9".parse().unwrap(), Some(HeaderValue::from_static("shop.test")));
+        let mut h = headers(&[
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-for", "2.2.2.2"),
+        ]);
+        set_forwarded(
+            &mut h,
+            "127.0.0.9".parse().unwrap(),
+            Some(HeaderValue::from_static("shop.test")),
+        );
         assert_eq!(h["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 127.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "shop.test");

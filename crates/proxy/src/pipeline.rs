@@ -34,7 +34,11 @@ impl Proxy {
     }
 
     /// Handles one request from `client`. Never fails: every error becomes a short response.
-    pub async fn handle(&self, request: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
+    pub async fn handle(
+        &self,
+        request: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Response<ProxyBody> {
         match self.forward(request, client).await {
             Ok(response) => response.map(Either::Left),
             Err(error) => {
@@ -44,7 +48,11 @@ impl Proxy {
         }
     }
 
-    async fn forward(&self, request: Request<Incoming>, client: SocketAddr) -> Result<Response<Incoming>, ProxyError> {
+    async fn forward(
+        &self,
+        request: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Result<Response<Incoming>, ProxyError> {
         let table = self.table.load();
         let endpoint = route_and_balance(&table, &request)?;
         let upstream_request = prepare_upstream_request(request, &endpoint, client)?;
@@ -54,9 +62,14 @@ impl Proxy {
 }
 
 /// Steps 1 and 2: find the route for host and path, then the next endpoint of its backend.
-fn route_and_balance(table: &RoutingTable, request: &Request<Incoming>) -> Result<Endpoint, ProxyError> {
+fn route_and_balance(
+    table: &RoutingTable,
+    request: &Request<Incoming>,
+) -> Result<Endpoint, ProxyError> {
     let host = request_host(request).ok_or(ProxyError::BadRequest("missing Host"))?;
-    let backend = table.lookup(&normalize_request_host(host), request.uri().path()).ok_or(ProxyError::NoRoute)?;
+    let backend = table
+        .lookup(&normalize_request_host(host), request.uri().path())
+        .ok_or(ProxyError::NoRoute)?;
     backend.next_endpoint().ok_or(ProxyError::NoEndpoints)
 }
 
@@ -70,7 +83,11 @@ fn request_host(request: &Request<Incoming>) -> Option<&str> {
 
 /// Step 3: point the request at the endpoint, keeping path and query byte for byte, and rewrite
 /// the headers that belong to this hop.
-fn prepare_upstream_request(request: Request<Incoming>, endpoint: &Endpoint, client: SocketAddr) -> Result<Request<Incoming>, ProxyError> {
+fn prepare_upstream_request(
+    request: Request<Incoming>,
+    endpoint: &Endpoint,
+    client: SocketAddr,
+) -> Result<Request<Incoming>, ProxyError> {
     let (mut parts, body) = request.into_parts();
     let original_authority: Option<Authority> = parts.uri.authority().cloned();
     ensure_host(&mut parts.headers, original_authority.as_ref());
@@ -84,7 +101,8 @@ fn prepare_upstream_request(request: Request<Incoming>, endpoint: &Endpoint, cli
     if uri_parts.path_and_query.is_none() {
         uri_parts.path_and_query = Some(PathAndQuery::from_static("/"));
     }
-    parts.uri = Uri::from_parts(uri_parts).map_err(|_| ProxyError::BadRequest("unusable request target"))?;
+    parts.uri = Uri::from_parts(uri_parts)
+        .map_err(|_| ProxyError::BadRequest("unusable request target"))?;
     parts.version = Version::HTTP_11;
     Ok(Request::from_parts(parts, body))
 }
@@ -96,10 +114,13 @@ fn prepare_response(mut response: Response<Incoming>) -> Response<Incoming> {
 }
 
 fn error_response(error: &ProxyError) -> Response<ProxyBody> {
-    let mut response = Response::new(Either::Right(Full::new(Bytes::from_static(error.body().as_bytes()))));
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from_static(
+        error.body().as_bytes(),
+    ))));
     *response.status_mut() = error.status();
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
 }

@@ -33,8 +33,12 @@ impl ShutdownSignal {
 
 /// Serves `handler` on every connection accepted from `listener` until `shutdown` fires, then
 /// waits up to `drain_timeout` for requests in flight to finish.
-pub async fn serve<F, Fut, B>(listener: TcpListener, handler: F, shutdown: ShutdownSignal, drain_timeout: Duration)
-where
+pub async fn serve<F, Fut, B>(
+    listener: TcpListener,
+    handler: F,
+    shutdown: ShutdownSignal,
+    drain_timeout: Duration,
+) where
     F: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
     B: Body + Send + 'static,
@@ -64,7 +68,11 @@ where
             let response = handler(request, peer);
             async move { Ok::<_, Infallible>(response.await) }
         });
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
+        let connection = graceful.watch(
+            builder
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned(),
+        );
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%peer, error = %error, "connection ended with an error");
@@ -72,7 +80,13 @@ where
         });
     }
     drop(listener);
-    if tokio::time::timeout(drain_timeout, graceful.shutdown()).await.is_err() {
-        tracing::warn!(?drain_timeout, "connections still open after the drain timeout; closing them");
+    if tokio::time::timeout(drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?drain_timeout,
+            "connections still open after the drain timeout; closing them"
+        );
     }
 }

@@ -60,8 +60,12 @@ impl Upstream {
 
     /// Sends a request whose URI already names the endpoint; returns once response headers arrive.
     /// The response body streams afterwards.
-    pub(crate) async fn send(&self, request: Request<Incoming>) -> Result<Response<Incoming>, ProxyError> {
-        match tokio::time::timeout(self.response_header_timeout, self.client.request(request)).await {
+    pub(crate) async fn send(
+        &self,
+        request: Request<Incoming>,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        match tokio::time::timeout(self.response_header_timeout, self.client.request(request)).await
+        {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(error)) => Err(classify(error)),
             Err(_elapsed) => Err(ProxyError::ResponseTimeout),
@@ -84,7 +88,10 @@ fn classify(error: hyper_util::client::legacy::Error) -> ProxyError {
 fn timed_out(error: &hyper_util::client::legacy::Error) -> bool {
     let mut source = error.source();
     while let Some(cause) = source {
-        if cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
             return true;
         }
         source = cause.source();

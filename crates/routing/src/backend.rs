@@ -204,21 +204,38 @@ mod tests {
     use super::*;
 
     fn endpoint(text: &str) -> Endpoint {
-        Endpoint::new(Authority::from_maybe_shared(text.to_owned()).expect("valid authority"))
+        Endpoint::new(
+            Authority::from_maybe_shared(text.to_owned().into_bytes()).expect("valid authority"),
+        )
     }
 
     #[test]
     fn endpoint_sets_sort_and_deduplicate() {
-        let set = EndpointSet::new(vec![endpoint("10.0.0.2:80"), endpoint("10.0.0.1:80"), endpoint("10.0.0.2:80")]);
+        let set = EndpointSet::new(vec![
+            endpoint("10.0.0.2:80"),
+            endpoint("10.0.0.1:80"),
+            endpoint("10.0.0.2:80"),
+        ]);
         let texts: Vec<String> = set.as_slice().iter().map(ToString::to_string).collect();
         assert_eq!(texts, ["10.0.0.1:80", "10.0.0.2:80"]);
     }
 
     #[test]
     fn round_robin_visits_every_endpoint_in_turn() {
-        let set = EndpointSet::new(vec![endpoint("10.0.0.1:80"), endpoint("10.0.0.2:80"), endpoint("10.0.0.3:80")]);
-        let backend = Backend::new(BackendId::new("ns", "svc", "80"), BackendMode::Endpoints, set);
-        let picks: Vec<String> = (0..6).filter_map(|_| backend.next_endpoint()).map(|e| e.to_string()).collect();
+        let set = EndpointSet::new(vec![
+            endpoint("10.0.0.1:80"),
+            endpoint("10.0.0.2:80"),
+            endpoint("10.0.0.3:80"),
+        ]);
+        let backend = Backend::new(
+            BackendId::new("ns", "svc", "80"),
+            BackendMode::Endpoints,
+            set,
+        );
+        let picks: Vec<String> = (0..6)
+            .filter_map(|_| backend.next_endpoint())
+            .map(|e| e.to_string())
+            .collect();
         assert_eq!(picks[..3], picks[3..]);
         let mut first_round = picks[..3].to_vec();
         first_round.sort();
@@ -227,14 +244,27 @@ mod tests {
 
     #[test]
     fn empty_backend_has_no_endpoint() {
-        let backend = Backend::new(BackendId::new("ns", "svc", "http"), BackendMode::Endpoints, EndpointSet::default());
+        let backend = Backend::new(
+            BackendId::new("ns", "svc", "http"),
+            BackendMode::Endpoints,
+            EndpointSet::default(),
+        );
         assert!(backend.next_endpoint().is_none());
     }
 
     #[test]
     fn swapping_a_cell_changes_the_next_pick() {
-        let backend = Backend::new(BackendId::new("ns", "svc", "80"), BackendMode::Endpoints, EndpointSet::default());
-        backend.endpoints().store(EndpointSet::new(vec![endpoint("10.0.0.9:80")]));
-        assert_eq!(backend.next_endpoint().map(|e| e.to_string()).as_deref(), Some("10.0.0.9:80"));
+        let backend = Backend::new(
+            BackendId::new("ns", "svc", "80"),
+            BackendMode::Endpoints,
+            EndpointSet::default(),
+        );
+        backend
+            .endpoints()
+            .store(EndpointSet::new(vec![endpoint("10.0.0.9:80")]));
+        assert_eq!(
+            backend.next_endpoint().map(|e| e.to_string()).as_deref(),
+            Some("10.0.0.9:80")
+        );
     }
 }

@@ -113,6 +113,9 @@ mod tests {
         assert_eq!(normalize_request_host("example.com."), "example.com");
         assert_eq!(normalize_request_host("[::1]:8080"), "[::1]");
         assert_eq!(normalize_request_host("[::1]"), "[::1]");
-        assert!(matches!(normalize_request_host("plain.test"), Cow::Borrowed(_)));
+        assert!(matches!(
+            normalize_request_host("plain.test"),
+            Cow::Borrowed(_)
+        ));
     }
 }

@@ -128,14 +128,14 @@ mod tests {
 
     #[test]
     fn longer_path_comes_first() {
-        let mut paths = vec![PathMatch::prefix("/a"), PathMatch::prefix("/a/b")];
+        let mut paths = [PathMatch::prefix("/a"), PathMatch::prefix("/a/b")];
         paths.sort();
         assert_eq!(paths[0].path(), "/a/b");
     }
 
     #[test]
     fn exact_beats_prefix_at_equal_length() {
-        let mut paths = vec![PathMatch::prefix("/foo"), PathMatch::exact("/foo")];
+        let mut paths = [PathMatch::prefix("/foo"), PathMatch::exact("/foo")];
         paths.sort();
         assert_eq!(paths[0].kind(), PathKind::Exact);
     }

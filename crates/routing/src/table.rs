@@ -126,7 +126,13 @@ impl TableBuilder {
 
     /// Adds a route to a backend added with [`Self::add_backend`]; routes to unknown backends
     /// are dropped at [`Self::build`].
-    pub fn add_route(&mut self, host: HostMatch, path: PathMatch, backend: BackendId, ingress: &str) {
+    pub fn add_route(
+        &mut self,
+        host: HostMatch,
+        path: PathMatch,
+        backend: BackendId,
+        ingress: &str,
+    ) {
         self.routes.push((host, path, backend, ingress.into()));
     }
 
@@ -142,7 +148,10 @@ impl TableBuilder {
             .map(|(position, id)| (id, BackendIndex(position)))
             .collect();
         let mut table = RoutingTable {
-            default_backend: self.default_backend.as_ref().and_then(|id| index_of.get(id).copied()),
+            default_backend: self
+                .default_backend
+                .as_ref()
+                .and_then(|id| index_of.get(id).copied()),
             ..RoutingTable::default()
         };
         for (host, path, backend, ingress) in self.routes {
@@ -154,7 +163,11 @@ impl TableBuilder {
                 HostMatch::Exact(name) => table.exact_hosts.entry(name).or_default(),
                 HostMatch::Wildcard(suffix) => table.wildcard_hosts.entry(suffix).or_default(),
             };
-            routes.0.push(Route { path, backend, ingress });
+            routes.0.push(Route {
+                path,
+                backend,
+                ingress,
+            });
         }
         let all_routes = table
             .exact_hosts
@@ -162,7 +175,9 @@ impl TableBuilder {
             .chain(table.wildcard_hosts.values_mut())
             .chain(std::iter::once(&mut table.any_host));
         for routes in all_routes {
-            routes.0.sort_by(|a, b| a.path.cmp(&b.path).then_with(|| a.ingress.cmp(&b.ingress)));
+            routes
+                .0
+                .sort_by(|a, b| a.path.cmp(&b.path).then_with(|| a.ingress.cmp(&b.ingress)));
         }
         drop(index_of);
         table.backends = self.backends.into_values().collect();
@@ -179,33 +194,63 @@ mod tests {
         let mut builder = TableBuilder::new();
         for (host, path, service) in routes {
             let id = BackendId::new("ns", service, "80");
-            builder.add_backend(Backend::new(id.clone(), BackendMode::Endpoints, EndpointSet::default()));
-            builder.add_route(HostMatch::from_rule_host(Some(host)), path.clone(), id, "ns/ing");
+            builder.add_backend(Backend::new(
+                id.clone(),
+                BackendMode::Endpoints,
+                EndpointSet::default(),
+            ));
+            builder.add_route(
+                HostMatch::from_rule_host(Some(host)),
+                path.clone(),
+                id,
+                "ns/ing",
+            );
         }
         if let Some(service) = default {
             let id = BackendId::new("ns", service, "80");
-            builder.add_backend(Backend::new(id.clone(), BackendMode::Endpoints, EndpointSet::default()));
+            builder.add_backend(Backend::new(
+                id.clone(),
+                BackendMode::Endpoints,
+                EndpointSet::default(),
+            ));
             builder.set_default_backend(id);
         }
         builder.build()
     }
 
     fn service_for(table: &RoutingTable, host: &str, path: &str) -> Option<String> {
-        table
-            .lookup(host, path)
-            .map(|backend| backend.id().as_str().trim_start_matches("ns/").trim_end_matches(":80").to_owned())
+        table.lookup(host, path).map(|backend| {
+            backend
+                .id()
+                .as_str()
+                .trim_start_matches("ns/")
+                .trim_end_matches(":80")
+                .to_owned()
+        })
     }
 
     #[test]
     fn longest_path_wins() {
-        let t = table(&[("", PathMatch::prefix("/"), "root"), ("", PathMatch::prefix("/api"), "api")], None);
+        let t = table(
+            &[
+                ("", PathMatch::prefix("/"), "root"),
+                ("", PathMatch::prefix("/api"), "api"),
+            ],
+            None,
+        );
         assert_eq!(service_for(&t, "x", "/api/v1").as_deref(), Some("api"));
         assert_eq!(service_for(&t, "x", "/apix").as_deref(), Some("root"));
     }
 
     #[test]
     fn exact_beats_prefix_of_equal_length() {
-        let t = table(&[("", PathMatch::prefix("/foo"), "prefix"), ("", PathMatch::exact("/foo"), "exact")], None);
+        let t = table(
+            &[
+                ("", PathMatch::prefix("/foo"), "prefix"),
+                ("", PathMatch::exact("/foo"), "exact"),
+            ],
+            None,
+        );
         assert_eq!(service_for(&t, "x", "/foo").as_deref(), Some("exact"));
         assert_eq!(service_for(&t, "x", "/foo/bar").as_deref(), Some("prefix"));
     }
@@ -213,37 +258,76 @@ mod tests {
     #[test]
     fn exact_host_beats_wildcard() {
         let t = table(
-            &[("*.example.com", PathMatch::prefix("/"), "wild"), ("a.example.com", PathMatch::prefix("/"), "exact")],
+            &[
+                ("*.example.com", PathMatch::prefix("/"), "wild"),
+                ("a.example.com", PathMatch::prefix("/"), "exact"),
+            ],
             None,
         );
-        assert_eq!(service_for(&t, "a.example.com", "/").as_deref(), Some("exact"));
-        assert_eq!(service_for(&t, "b.example.com", "/").as_deref(), Some("wild"));
+        assert_eq!(
+            service_for(&t, "a.example.com", "/").as_deref(),
+            Some("exact")
+        );
+        assert_eq!(
+            service_for(&t, "b.example.com", "/").as_deref(),
+            Some("wild")
+        );
     }
 
     #[test]
     fn wildcard_beats_any_host() {
-        let t = table(&[("", PathMatch::prefix("/"), "any"), ("*.example.com", PathMatch::prefix("/"), "wild")], None);
-        assert_eq!(service_for(&t, "b.example.com", "/").as_deref(), Some("wild"));
+        let t = table(
+            &[
+                ("", PathMatch::prefix("/"), "any"),
+                ("*.example.com", PathMatch::prefix("/"), "wild"),
+            ],
+            None,
+        );
+        assert_eq!(
+            service_for(&t, "b.example.com", "/").as_deref(),
+            Some("wild")
+        );
         assert_eq!(service_for(&t, "b.other.com", "/").as_deref(), Some("any"));
     }
 
     #[test]
     fn host_specificity_beats_path_length() {
-        let t = table(&[("", PathMatch::prefix("/a/b/c"), "any"), ("h.test", PathMatch::prefix("/"), "host")], None);
+        let t = table(
+            &[
+                ("", PathMatch::prefix("/a/b/c"), "any"),
+                ("h.test", PathMatch::prefix("/"), "host"),
+            ],
+            None,
+        );
         assert_eq!(service_for(&t, "h.test", "/a/b/c").as_deref(), Some("host"));
     }
 
     #[test]
     fn unmatched_path_on_a_known_host_falls_through_to_less_specific_hosts() {
-        let t = table(&[("h.test", PathMatch::prefix("/api"), "api"), ("", PathMatch::prefix("/"), "any")], None);
+        let t = table(
+            &[
+                ("h.test", PathMatch::prefix("/api"), "api"),
+                ("", PathMatch::prefix("/"), "any"),
+            ],
+            None,
+        );
         assert_eq!(service_for(&t, "h.test", "/other").as_deref(), Some("any"));
     }
 
     #[test]
     fn default_backend_takes_what_nothing_else_matches() {
-        let t = table(&[("h.test", PathMatch::exact("/only"), "only")], Some("fallback"));
-        assert_eq!(service_for(&t, "h.test", "/else").as_deref(), Some("fallback"));
-        assert_eq!(service_for(&t, "other.test", "/only").as_deref(), Some("fallback"));
+        let t = table(
+            &[("h.test", PathMatch::exact("/only"), "only")],
+            Some("fallback"),
+        );
+        assert_eq!(
+            service_for(&t, "h.test", "/else").as_deref(),
+            Some("fallback")
+        );
+        assert_eq!(
+            service_for(&t, "other.test", "/only").as_deref(),
+            Some("fallback")
+        );
     }
 
     #[test]
@@ -254,7 +338,10 @@ mod tests {
 
     #[test]
     fn same_input_builds_equal_tables() {
-        let routes = [("a.test", PathMatch::prefix("/"), "a"), ("", PathMatch::exact("/x"), "b")];
+        let routes = [
+            ("a.test", PathMatch::prefix("/"), "a"),
+            ("", PathMatch::exact("/x"), "b"),
+        ];
         assert_eq!(table(&routes, Some("c")), table(&routes, Some("c")));
         assert_ne!(table(&routes, Some("c")), table(&routes, None));
     }

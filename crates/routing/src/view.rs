@@ -84,7 +84,11 @@ impl fmt::Display for TableView {
             writeln!(f, "  {host}")?;
             for route in routes {
                 let kind = format!("{:?}", route.path_type);
-                writeln!(f, "    {:<24} {:<7} -> {}  (from {})", route.path, kind, route.backend, route.ingress)?;
+                writeln!(
+                    f,
+                    "    {:<24} {:<7} -> {}  (from {})",
+                    route.path, kind, route.backend, route.ingress
+                )?;
             }
         }
         if let Some(default) = &self.default_backend {
@@ -95,8 +99,17 @@ impl fmt::Display for TableView {
             writeln!(f, "  (none)")?;
         }
         for (id, backend) in &self.backends {
-            let endpoints: Vec<String> = backend.endpoints.as_slice().iter().map(ToString::to_string).collect();
-            let endpoints = if endpoints.is_empty() { "no endpoints".to_owned() } else { endpoints.join(", ") };
+            let endpoints: Vec<String> = backend
+                .endpoints
+                .as_slice()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let endpoints = if endpoints.is_empty() {
+                "no endpoints".to_owned()
+            } else {
+                endpoints.join(", ")
+            };
             writeln!(f, "  {id} [{}] {endpoints}", backend.mode)?;
         }
         Ok(())

@@ -12,11 +12,15 @@ use crate::control::file_diagnostics;
 pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
     let load = ManifestDir::new(&args.manifests).load()?;
     let compiled = compile(&load.snapshot, &args.class.compile_options());
-    let mut diagnostics = file_diagnostics(&load.errors);
+    let mut diagnostics = file_diagnostics(&load.errors, "");
     diagnostics.extend(compiled.diagnostics);
-    diagnostics.sort_by(|a, b| b.severity.cmp(&a.severity));
+    diagnostics.sort_by_key(|d| std::cmp::Reverse(d.severity));
 
-    println!("Read {} manifest file(s) from {}.\n", load.files, args.manifests.display());
+    println!(
+        "Read {} manifest file(s) from {}.\n",
+        load.files,
+        args.manifests.display()
+    );
     print!("{}", TableView::of(&compiled.table));
     println!();
     if diagnostics.is_empty() {
@@ -27,7 +31,10 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
             println!("  {diagnostic}");
         }
     }
-    let errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
+    let errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
     println!();
     if errors == 0 {
         println!("OK: no errors.");

@@ -11,7 +11,11 @@ use sluice_proxy::UpstreamOptions;
 use crate::serve::ServeConfig;
 
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about = "Kubernetes ingress controller and HTTP reverse proxy")]
+#[command(
+    name = "sluice",
+    version,
+    about = "Kubernetes ingress controller and HTTP reverse proxy"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -126,9 +130,17 @@ mod tests {
     #[test]
     fn timeout_defaults_match_the_proxy_defaults() {
         let cli = Cli::parse_from(["sluice", "serve", "--manifests", "dir"]);
-        let Command::Serve(args) = cli.command else { panic!("not serve") };
-        assert_eq!(args.proxy.connect_timeout, sluice_proxy::DEFAULT_CONNECT_TIMEOUT);
-        assert_eq!(args.proxy.response_header_timeout, sluice_proxy::DEFAULT_RESPONSE_HEADER_TIMEOUT);
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(
+            args.proxy.connect_timeout,
+            sluice_proxy::DEFAULT_CONNECT_TIMEOUT
+        );
+        assert_eq!(
+            args.proxy.response_header_timeout,
+            sluice_proxy::DEFAULT_RESPONSE_HEADER_TIMEOUT
+        );
         assert_eq!(args.listen, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(args.admin, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(args.class.ingress_class, "sluice");

@@ -55,7 +55,8 @@ impl ControlPlane {
     /// Compiles a load and publishes the table if it differs from the one serving now.
     pub fn apply(&self, load: Load) {
         let compiled = compile(&load.snapshot, &self.options);
-        let mut diagnostics = file_diagnostics(&load.errors);
+        let mut diagnostics =
+            file_diagnostics(&load.errors, "; the file's last good content stays in use");
         diagnostics.extend(compiled.diagnostics);
         self.log_new(&diagnostics);
         let changed = !self.is_ready() || *self.table.load() != compiled.table;
@@ -65,7 +66,10 @@ impl ControlPlane {
             tracing::info!(generation, files = load.files, "published routing table");
         }
         let generation = self.generation.load(Ordering::Acquire);
-        self.status.store(Arc::new(Status { diagnostics, generation }));
+        self.status.store(Arc::new(Status {
+            diagnostics,
+            generation,
+        }));
         self.ready.store(true, Ordering::Release);
     }
 
@@ -83,15 +87,16 @@ impl ControlPlane {
     }
 }
 
-/// File errors as error diagnostics: the object is the file, the field the document.
-pub fn file_diagnostics(errors: &[FileError]) -> Vec<Diagnostic> {
+/// File errors as error diagnostics: the object is the file, the field the document, and
+/// `consequence` is appended to each message.
+pub fn file_diagnostics(errors: &[FileError], consequence: &str) -> Vec<Diagnostic> {
     errors
         .iter()
         .map(|error| Diagnostic {
             severity: Severity::Error,
             object: ObjectRef::new("File", None, &error.file.display().to_string()),
             field: error.error.as_ref().map(location).unwrap_or_default(),
-            message: format!("{}; the file's last good content stays in use", error.reason),
+            message: format!("{}{consequence}", error.reason),
         })
         .collect()
 }

@@ -15,13 +15,23 @@ use crate::serve::{shutdown_on_signal, ServeConfig, Server};
 /// The manifests in examples/demo/, with `{{POD_PORT}}`, `{{CLUSTER_IP}}` and `{{CLUSTER_PORT}}`
 /// left for the demo to fill in.
 const TEMPLATES: [(&str, &str); 3] = [
-    ("ingress-class.yaml", include_str!("../../../examples/demo/ingress-class.yaml")),
+    (
+        "ingress-class.yaml",
+        include_str!("../../../examples/demo/ingress-class.yaml"),
+    ),
     ("web.yaml", include_str!("../../../examples/demo/web.yaml")),
-    ("legacy.yaml", include_str!("../../../examples/demo/legacy.yaml")),
+    (
+        "legacy.yaml",
+        include_str!("../../../examples/demo/legacy.yaml"),
+    ),
 ];
 
 /// Loopback addresses of the demo pods, as an EndpointSlice would list pod IPs.
-const POD_IPS: [Ipv4Addr; 3] = [Ipv4Addr::new(127, 0, 0, 11), Ipv4Addr::new(127, 0, 0, 12), Ipv4Addr::new(127, 0, 0, 13)];
+const POD_IPS: [Ipv4Addr; 3] = [
+    Ipv4Addr::new(127, 0, 0, 11),
+    Ipv4Addr::new(127, 0, 0, 12),
+    Ipv4Addr::new(127, 0, 0, 13),
+];
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 /// Loopback address of the stand-in for a Service's ClusterIP.
 const CLUSTER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 20);
@@ -29,10 +39,16 @@ const CLUSTER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 20);
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let pods = start_pods().await?;
     let pod_port = pods[0].addr().port();
-    let cluster_ip = EchoBackend::start("cluster-ip (kube-proxy would pick a pod here)", IpAddr::V4(CLUSTER_IP))
-        .await
-        .with_context(|| format!("cannot start the ClusterIP stand-in on {CLUSTER_IP}"))?;
-    let dir = tempfile::Builder::new().prefix("sluice-demo-").tempdir().context("cannot create a directory for the demo manifests")?;
+    let cluster_ip = EchoBackend::start(
+        "cluster-ip (kube-proxy would pick a pod here)",
+        IpAddr::V4(CLUSTER_IP),
+    )
+    .await
+    .with_context(|| format!("cannot start the ClusterIP stand-in on {CLUSTER_IP}"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-demo-")
+        .tempdir()
+        .context("cannot create a directory for the demo manifests")?;
     write_manifests(dir.path(), pod_port, cluster_ip.addr())?;
 
     let config = ServeConfig {
@@ -52,7 +68,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 async fn start_pods() -> anyhow::Result<Vec<EchoBackend>> {
     let mut last_error = None;
     for _attempt in 0..20 {
-        let first = EchoBackend::start(POD_NAMES[0], IpAddr::V4(POD_IPS[0])).await.with_context(|| format!("cannot start a demo pod on {}", POD_IPS[0]))?;
+        let first = EchoBackend::start(POD_NAMES[0], IpAddr::V4(POD_IPS[0]))
+            .await
+            .with_context(|| format!("cannot start a demo pod on {}", POD_IPS[0]))?;
         let port = first.addr().port();
         let mut pods = vec![first];
         for (name, ip) in POD_NAMES.iter().zip(POD_IPS).skip(1) {
@@ -68,7 +86,9 @@ async fn start_pods() -> anyhow::Result<Vec<EchoBackend>> {
             return Ok(pods);
         }
     }
-    Err(anyhow::anyhow!("cannot find a port free on all demo pod addresses: {last_error:?}"))
+    Err(anyhow::anyhow!(
+        "cannot find a port free on all demo pod addresses: {last_error:?}"
+    ))
 }
 
 fn write_manifests(dir: &Path, pod_port: u16, cluster_ip: SocketAddr) -> anyhow::Result<()> {
@@ -85,7 +105,10 @@ fn write_manifests(dir: &Path, pod_port: u16, cluster_ip: SocketAddr) -> anyhow:
 
 fn print_instructions(args: &DemoArgs, dir: &Path, pods: &[EchoBackend]) {
     let proxy = args.listen;
-    let pod_list: Vec<String> = pods.iter().map(|p| format!("{} on {}", p.name(), p.addr())).collect();
+    let pod_list: Vec<String> = pods
+        .iter()
+        .map(|p| format!("{} on {}", p.name(), p.addr()))
+        .collect();
     println!(
         r#"
 sluice demo is running.

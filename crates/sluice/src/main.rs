@@ -14,7 +14,10 @@ use cli::{Cli, Command};
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("sluice: cannot start the async runtime: {error}");
@@ -23,7 +26,9 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::run(args.into_config(), serve::shutdown_on_signal()).await.map(|()| true),
+            Command::Serve(args) => serve::run(args.into_config(), serve::shutdown_on_signal())
+                .await
+                .map(|()| true),
             Command::Check(args) => check::run(&args),
             Command::Demo(args) => demo::run(args).await.map(|()| true),
         }
@@ -40,7 +45,12 @@ fn main() -> std::process::ExitCode {
 
 /// Logs to stderr; `RUST_LOG` overrides the default level (info).
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .init();
 }

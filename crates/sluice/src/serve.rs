@@ -39,8 +39,12 @@ impl Server {
     /// Binds both listeners and publishes the first table. Fails if an address is taken or the
     /// manifest directory cannot be read.
     pub async fn bind(config: ServeConfig) -> anyhow::Result<Self> {
-        let proxy_listener = TcpListener::bind(config.listen).await.with_context(|| format!("cannot listen on {} (--listen)", config.listen))?;
-        let admin_listener = TcpListener::bind(config.admin).await.with_context(|| format!("cannot listen on {} (--admin)", config.admin))?;
+        let proxy_listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (--listen)", config.listen))?;
+        let admin_listener = TcpListener::bind(config.admin)
+            .await
+            .with_context(|| format!("cannot listen on {} (--admin)", config.admin))?;
         let changes = watch_dir(&config.manifests)?;
         let mut source = ManifestDir::new(&config.manifests);
         let control = ControlPlane::new(config.compile.clone());
@@ -57,7 +61,14 @@ impl Server {
 
     /// Serves until `shutdown` fires, then drains requests in flight.
     pub async fn run(self, shutdown: ShutdownSignal) -> anyhow::Result<()> {
-        let Self { config, control, source, changes, proxy_listener, admin_listener } = self;
+        let Self {
+            config,
+            control,
+            source,
+            changes,
+            proxy_listener,
+            admin_listener,
+        } = self;
         tracing::info!(listen = %config.listen, admin = %config.admin, manifests = %config.manifests.display(), "sluice is serving");
         let proxy = Arc::new(Proxy::new(control.table().clone(), &config.upstream));
         let proxy_handler = move |request, client| {
@@ -66,8 +77,18 @@ impl Server {
         };
         let admin_control = control.clone();
         let admin_handler = move |request, _client| admin::handle(admin_control.clone(), request);
-        let proxy_task = tokio::spawn(serve(proxy_listener, proxy_handler, shutdown.clone(), config.drain_timeout));
-        let admin_task = tokio::spawn(serve(admin_listener, admin_handler, shutdown.clone(), config.drain_timeout));
+        let proxy_task = tokio::spawn(serve(
+            proxy_listener,
+            proxy_handler,
+            shutdown.clone(),
+            config.drain_timeout,
+        ));
+        let admin_task = tokio::spawn(serve(
+            admin_listener,
+            admin_handler,
+            shutdown.clone(),
+            config.drain_timeout,
+        ));
         reload_until_shutdown(source, changes, &control, shutdown).await;
         proxy_task.await.context("proxy listener task failed")?;
         admin_task.await.context("admin listener task failed")?;
@@ -83,7 +104,12 @@ pub async fn run(config: ServeConfig, shutdown: ShutdownSignal) -> anyhow::Resul
 
 /// Reloads the manifests on every change. A directory that cannot be read keeps the last
 /// good table serving.
-async fn reload_until_shutdown(mut source: ManifestDir, mut changes: DirChanges, control: &ControlPlane, shutdown: ShutdownSignal) {
+async fn reload_until_shutdown(
+    mut source: ManifestDir,
+    mut changes: DirChanges,
+    control: &ControlPlane,
+    shutdown: ShutdownSignal,
+) {
     let stop = shutdown.wait();
     tokio::pin!(stop);
     loop {

@@ -15,7 +15,11 @@ use support::{free_port, ingress, pod_ip, service, write_manifest, Sluice};
 async fn pods(names: &[&str], first_ip: u8) -> Vec<EchoBackend> {
     let mut pods = Vec::new();
     for (offset, name) in names.iter().enumerate() {
-        pods.push(EchoBackend::start(name, pod_ip(first_ip + offset as u8)).await.unwrap());
+        pods.push(
+            EchoBackend::start(name, pod_ip(first_ip + offset as u8))
+                .await
+                .unwrap(),
+        );
     }
     pods
 }
@@ -33,7 +37,11 @@ async fn routes_by_host_and_path_and_round_robins_across_pods() {
         dir.path(),
         "shop.yaml",
         &[
-            ingress("shop", "shop.test", &[("/", "Prefix", "web", 80), ("/api", "Prefix", "api", 80)]),
+            ingress(
+                "shop",
+                "shop.test",
+                &[("/", "Prefix", "web", 80), ("/api", "Prefix", "api", 80)],
+            ),
             service("web", 80, &addrs(&web)),
             service("api", 80, &addrs(&api)),
         ],
@@ -43,16 +51,34 @@ async fn routes_by_host_and_path_and_round_robins_across_pods() {
 
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
     for _ in 0..30 {
-        let reply = get(&client, &sluice.url("/catalog?page=2"), "SHOP.test:8080").await.unwrap();
+        let reply = get(&client, &sluice.url("/catalog?page=2"), "SHOP.test:8080")
+            .await
+            .unwrap();
         assert_eq!(reply.status, 200);
         *seen.entry(reply.body.trim().to_owned()).or_default() += 1;
     }
-    assert_eq!(seen, BTreeMap::from([("web-1".into(), 10), ("web-2".into(), 10), ("web-3".into(), 10)]), "round robin must spread evenly");
+    assert_eq!(
+        seen,
+        BTreeMap::from([
+            ("web-1".into(), 10),
+            ("web-2".into(), 10),
+            ("web-3".into(), 10)
+        ]),
+        "round robin must spread evenly"
+    );
 
-    let reply = get(&client, &sluice.url("/api/orders"), "shop.test").await.unwrap();
+    let reply = get(&client, &sluice.url("/api/orders"), "shop.test")
+        .await
+        .unwrap();
     assert_eq!(reply.body, "api-1\n");
-    let reply = get(&client, &sluice.url("/apiary"), "shop.test").await.unwrap();
-    assert!(reply.body.starts_with("web-"), "/apiary is not under /api: {}", reply.body);
+    let reply = get(&client, &sluice.url("/apiary"), "shop.test")
+        .await
+        .unwrap();
+    assert!(
+        reply.body.starts_with("web-"),
+        "/apiary is not under /api: {}",
+        reply.body
+    );
     let reply = get(&client, &sluice.url("/"), "other.test").await.unwrap();
     assert_eq!(reply.status, 404);
     assert_eq!(reply.body, "404 no route\n");
@@ -64,7 +90,11 @@ async fn service_upstream_sends_everything_to_the_cluster_ip() {
     let cluster_ip = EchoBackend::start("cluster-ip", pod_ip(11)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let port = cluster_ip.addr().port();
-    let service_yaml = service("legacy", port, &addrs(&pod)).replacen("spec:\n", &format!("spec:\n  clusterIP: {}\n", cluster_ip.addr().ip()), 1);
+    let service_yaml = service("legacy", port, &addrs(&pod)).replacen(
+        "spec:\n",
+        &format!("spec:\n  clusterIP: {}\n", cluster_ip.addr().ip()),
+        1,
+    );
     let ingress_yaml = ingress("legacy", "", &[("/", "Prefix", "legacy", port)])
         .replacen("  name: legacy\n", "  name: legacy\n  annotations:\n    nginx.ingress.kubernetes.io/service-upstream: \"true\"\n", 1);
     write_manifest(dir.path(), "legacy.yaml", &[ingress_yaml, service_yaml]);
@@ -75,12 +105,19 @@ async fn service_upstream_sends_everything_to_the_cluster_ip() {
         let reply = get(&client, &sluice.url("/"), "legacy.test").await.unwrap();
         assert_eq!(reply.body, "cluster-ip\n");
     }
-    assert_eq!(pod[0].requests(), 0, "pods are reached only through the ClusterIP");
+    assert_eq!(
+        pod[0].requests(),
+        0,
+        "pods are reached only through the ClusterIP"
+    );
     let routes = sluice.routes().await;
     let backend = &routes["backends"][format!("default/legacy:{port}/service-upstream")];
     assert_eq!(backend["mode"], "service-upstream");
     let diagnostics = routes["diagnostics"].to_string();
-    assert!(diagnostics.contains("cannot balance across pods"), "{diagnostics}");
+    assert!(
+        diagnostics.contains("cannot balance across pods"),
+        "{diagnostics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,7 +126,11 @@ async fn answers_404_503_502_and_504_with_short_bodies() {
     let closed_port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let not_ready = service("idle", 80, &[]);
-    let refused = service("refused", 80, &[format!("127.0.1.21:{closed_port}").parse().unwrap()]);
+    let refused = service(
+        "refused",
+        80,
+        &[format!("127.0.1.21:{closed_port}").parse().unwrap()],
+    );
     write_manifest(
         dir.path(),
         "errors.yaml",
@@ -97,7 +138,12 @@ async fn answers_404_503_502_and_504_with_short_bodies() {
             ingress(
                 "errors",
                 "errors.test",
-                &[("/idle", "Prefix", "idle", 80), ("/refused", "Prefix", "refused", 80), ("/slow", "Prefix", "slow", 80), ("/__testkit", "Prefix", "slow", 80)],
+                &[
+                    ("/idle", "Prefix", "idle", 80),
+                    ("/refused", "Prefix", "refused", 80),
+                    ("/slow", "Prefix", "slow", 80),
+                    ("/__testkit", "Prefix", "slow", 80),
+                ],
             ),
             not_ready,
             refused,
@@ -109,24 +155,55 @@ async fn answers_404_503_502_and_504_with_short_bodies() {
     let cases = [
         ("nothing.test", "/", 404, "404 no route\n"),
         ("errors.test", "/idle", 503, "503 no endpoints available\n"),
-        ("errors.test", "/refused", 502, "502 upstream connect failed\n"),
-        ("errors.test", "/__testkit/reset", 502, "502 upstream connection failed\n"),
-        ("errors.test", "/__testkit/sleep/3000", 504, "504 upstream response timed out\n"),
+        (
+            "errors.test",
+            "/refused",
+            502,
+            "502 upstream connect failed\n",
+        ),
+        (
+            "errors.test",
+            "/__testkit/reset",
+            502,
+            "502 upstream connection failed\n",
+        ),
+        (
+            "errors.test",
+            "/__testkit/sleep/3000",
+            504,
+            "504 upstream response timed out\n",
+        ),
     ];
     for (host, path, status, body) in cases {
         let reply = get(&client, &sluice.url(path), host).await.unwrap();
-        assert_eq!((reply.status.as_u16(), reply.body.as_str()), (status, body), "{host}{path}");
+        assert_eq!(
+            (reply.status.as_u16(), reply.body.as_str()),
+            (status, body),
+            "{host}{path}"
+        );
         assert_eq!(reply.headers["content-type"], "text/plain; charset=utf-8");
     }
-    let reply = get(&client, &sluice.url("/slow"), "errors.test").await.unwrap();
-    assert_eq!(reply.status, 200, "the backend still serves after the errors");
+    let reply = get(&client, &sluice.url("/slow"), "errors.test")
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.status, 200,
+        "the backend still serves after the errors"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwards_the_raw_target_and_strips_hop_by_hop_headers() {
     let echo = pods(&["echo"], 30).await;
     let dir = tempfile::tempdir().unwrap();
-    write_manifest(dir.path(), "echo.yaml", &[ingress("echo", "", &[("/", "Prefix", "echo", 80)]), service("echo", 80, &addrs(&echo))]);
+    write_manifest(
+        dir.path(),
+        "echo.yaml",
+        &[
+            ingress("echo", "", &[("/", "Prefix", "echo", 80)]),
+            service("echo", 80, &addrs(&echo)),
+        ],
+    );
     let sluice = Sluice::start(dir.path(), &[]).await;
 
     let target = "/raw/%2F%2e%2E/a//b;p=1?q=%20x&y=1+2&&z=%zz";
@@ -134,8 +211,12 @@ async fn forwards_the_raw_target_and_strips_hop_by_hop_headers() {
         "GET {target} HTTP/1.1\r\nHost: Echo.Test:8080\r\nX-Echo: json\r\nConnection: keep-alive, X-Drop-Me\r\nX-Drop-Me: secret\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nProxy-Authorization: Basic Zm9v\r\nX-Forwarded-For: 203.0.113.7\r\nX-Kept: yes\r\n\r\n"
     );
     let body = raw_exchange(sluice.listen, &request);
-    let echoed: serde_json::Value = serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-    assert_eq!(echoed["target"], target, "path and query must be forwarded byte for byte");
+    let echoed: serde_json::Value =
+        serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(
+        echoed["target"], target,
+        "path and query must be forwarded byte for byte"
+    );
     let headers = &echoed["headers"];
     assert_eq!(headers["host"][0], "Echo.Test:8080", "Host is kept");
     assert_eq!(headers["x-kept"][0], "yes");
@@ -143,13 +224,26 @@ async fn forwards_the_raw_target_and_strips_hop_by_hop_headers() {
     assert_eq!(headers["x-forwarded-proto"][0], "http");
     assert_eq!(headers["x-forwarded-host"][0], "Echo.Test:8080");
     for stripped in ["x-drop-me", "keep-alive", "te", "proxy-authorization"] {
-        assert!(headers.get(stripped).is_none(), "{stripped} must not reach the backend: {headers}");
+        assert!(
+            headers.get(stripped).is_none(),
+            "{stripped} must not reach the backend: {headers}"
+        );
     }
 
-    let reply = get(&http_client(), &sluice.url("/__testkit/hop-headers"), "echo.test").await.unwrap();
+    let reply = get(
+        &http_client(),
+        &sluice.url("/__testkit/hop-headers"),
+        "echo.test",
+    )
+    .await
+    .unwrap();
     assert_eq!(reply.headers["x-kept"], "yes");
     for stripped in ["x-hop-secret", "keep-alive"] {
-        assert!(!reply.headers.contains_key(stripped), "{stripped} must not reach the client: {:?}", reply.headers);
+        assert!(
+            !reply.headers.contains_key(stripped),
+            "{stripped} must not reach the client: {:?}",
+            reply.headers
+        );
     }
     if let Some(connection) = reply.headers.get("connection") {
         assert!(!connection.to_str().unwrap().contains("x-hop-secret"));
@@ -159,7 +253,9 @@ async fn forwards_the_raw_target_and_strips_hop_by_hop_headers() {
 /// Sends one raw HTTP/1.1 request and reads the whole response (the server closes after it).
 fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let request = request.replacen("Connection: keep-alive", "Connection: close", 1);
     stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
@@ -171,10 +267,20 @@ fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> String {
 async fn serves_h2c_with_prior_knowledge() {
     let echo = pods(&["h2-pod"], 40).await;
     let dir = tempfile::tempdir().unwrap();
-    write_manifest(dir.path(), "h2.yaml", &[ingress("h2", "", &[("/", "Prefix", "h2", 80)]), service("h2", 80, &addrs(&echo))]);
+    write_manifest(
+        dir.path(),
+        "h2.yaml",
+        &[
+            ingress("h2", "", &[("/", "Prefix", "h2", 80)]),
+            service("h2", 80, &addrs(&echo)),
+        ],
+    );
     let sluice = Sluice::start(dir.path(), &[]).await;
     let client = h2c_client();
-    let request = http::Request::get(sluice.url("/x?y=1")).header("x-echo", "json").body(Either::Left(Full::new(Bytes::new()))).unwrap();
+    let request = http::Request::get(sluice.url("/x?y=1"))
+        .header("x-echo", "json")
+        .body(Either::Left(Full::new(Bytes::new())))
+        .unwrap();
     let response = client.request(request).await.unwrap();
     assert_eq!(response.version(), http::Version::HTTP_2);
     assert_eq!(response.status(), 200);
@@ -182,5 +288,9 @@ async fn serves_h2c_with_prior_knowledge() {
     let echoed: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(echoed["backend"], "h2-pod");
     assert_eq!(echoed["target"], "/x?y=1");
-    assert_eq!(echoed["headers"]["host"][0], sluice.listen.to_string(), "the :authority becomes Host for the HTTP/1.1 upstream");
+    assert_eq!(
+        echoed["headers"]["host"][0],
+        sluice.listen.to_string(),
+        "the :authority becomes Host for the HTTP/1.1 upstream"
+    );
 }

@@ -14,17 +14,34 @@ const RSS_LIMIT: u64 = 50 * 1024 * 1024;
 async fn streams_100_mb_each_way_without_buffering() {
     let pod = EchoBackend::start("bulk", pod_ip(90)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    write_manifest(dir.path(), "bulk.yaml", &[ingress("bulk", "", &[("/", "Prefix", "bulk", 80)]), service("bulk", 80, &[pod.addr()])]);
+    write_manifest(
+        dir.path(),
+        "bulk.yaml",
+        &[
+            ingress("bulk", "", &[("/", "Prefix", "bulk", 80)]),
+            service("bulk", 80, &[pod.addr()]),
+        ],
+    );
     let sluice = Sluice::start(dir.path(), &[]).await;
     let client = http_client();
 
-    let upload = http::Request::post(sluice.url("/__testkit/upload")).header("host", "bulk.test").body(Either::Right(PatternBody::new(SIZE))).unwrap();
+    let upload = http::Request::post(sluice.url("/__testkit/upload"))
+        .header("host", "bulk.test")
+        .body(Either::Right(PatternBody::new(SIZE)))
+        .unwrap();
     let response = client.request(upload).await.unwrap();
     assert_eq!(response.status(), 200);
     let received = response.into_body().collect().await.unwrap().to_bytes();
-    assert_eq!(String::from_utf8_lossy(&received).trim(), SIZE.to_string(), "the backend must receive every byte");
+    assert_eq!(
+        String::from_utf8_lossy(&received).trim(),
+        SIZE.to_string(),
+        "the backend must receive every byte"
+    );
 
-    let download = http::Request::get(sluice.url(&format!("/__testkit/bytes/{SIZE}"))).header("host", "bulk.test").body(Either::Left(Default::default())).unwrap();
+    let download = http::Request::get(sluice.url(&format!("/__testkit/bytes/{SIZE}")))
+        .header("host", "bulk.test")
+        .body(Either::Left(Default::default()))
+        .unwrap();
     let response = client.request(download).await.unwrap();
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
@@ -37,5 +54,9 @@ async fn streams_100_mb_each_way_without_buffering() {
     assert_eq!(downloaded, SIZE, "the client must receive every byte");
 
     let peak = sluice.peak_rss();
-    assert!(peak < RSS_LIMIT, "sluice peaked at {} MiB of RSS; bodies must stream, not buffer", peak / (1024 * 1024));
+    assert!(
+        peak < RSS_LIMIT,
+        "sluice peaked at {} MiB of RSS; bodies must stream, not buffer",
+        peak / (1024 * 1024)
+    );
 }

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
-use sluice_config::{parse_manifest, Document, DocumentError, Format, KubeObject, ObjectKey, Snapshot};
+use sluice_config::{
+    parse_manifest, Document, DocumentError, Format, KubeObject, ObjectKey, Snapshot,
+};
 use tokio::sync::mpsc;
 
 use crate::error::SourceError;
@@ -110,14 +112,19 @@ impl ManifestDir {
             return Ok(());
         }
         let objects = parse_file(path, &text)?;
-        self.files.insert(path.to_owned(), ParsedFile { text, objects });
+        self.files
+            .insert(path.to_owned(), ParsedFile { text, objects });
         Ok(())
     }
 }
 
 /// Parses one file's text; logs each object of a kind sluice does not read.
 fn parse_file(path: &Path, text: &str) -> Result<Vec<KubeObject>, FileError> {
-    let format = path.extension().and_then(|e| e.to_str()).and_then(Format::from_extension).unwrap_or(Format::Yaml);
+    let format = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .and_then(Format::from_extension)
+        .unwrap_or(Format::Yaml);
     let documents = parse_manifest(text, format).map_err(|mut errors| {
         let error = errors.remove(0);
         FileError {
@@ -130,7 +137,11 @@ fn parse_file(path: &Path, text: &str) -> Result<Vec<KubeObject>, FileError> {
     for document in documents {
         match document {
             Document::Object(object) => objects.push(object),
-            Document::Skipped { api_version, kind, name } => {
+            Document::Skipped {
+                api_version,
+                kind,
+                name,
+            } => {
                 tracing::info!(file = %path.display(), %api_version, %kind, %name, "skipping a kind sluice does not read");
             }
         }
@@ -140,12 +151,22 @@ fn parse_file(path: &Path, text: &str) -> Result<Vec<KubeObject>, FileError> {
 
 /// The manifest files of a directory, sorted.
 fn manifest_paths(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
-    let read_dir = |source| SourceError::ReadDir { dir: dir.to_owned(), source };
+    let read_dir = |source| SourceError::ReadDir {
+        dir: dir.to_owned(),
+        source,
+    };
     let mut paths = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read_dir)? {
         let path = entry.map_err(read_dir)?.path();
-        let hidden = path.file_name().and_then(|n| n.to_str()).is_none_or(|n| n.starts_with('.'));
-        let manifest = path.extension().and_then(|e| e.to_str()).and_then(Format::from_extension).is_some();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_none_or(|n| n.starts_with('.'));
+        let manifest = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .and_then(Format::from_extension)
+            .is_some();
         if manifest && !hidden && path.is_file() {
             paths.push(path);
         }
@@ -176,24 +197,34 @@ impl DirChanges {
 /// Watches `dir` (not recursively) for any change to its entries.
 pub fn watch_dir(dir: &Path) -> Result<DirChanges, SourceError> {
     let (sender, events) = mpsc::unbounded_channel();
-    let watch_error = |source| SourceError::Watch { dir: dir.to_owned(), source };
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
-        Ok(event) if event.kind.is_access() => {}
-        Ok(_) => {
-            let _ = sender.send(());
-        }
-        Err(error) => tracing::warn!(%error, "manifest directory watch error"),
+    let watch_error = |source| SourceError::Watch {
+        dir: dir.to_owned(),
+        source,
+    };
+    let mut watcher =
+        notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
+            Ok(event) if event.kind.is_access() => {}
+            Ok(_) => {
+                let _ = sender.send(());
+            }
+            Err(error) => tracing::warn!(%error, "manifest directory watch error"),
+        })
+        .map_err(watch_error)?;
+    watcher
+        .watch(dir, RecursiveMode::NonRecursive)
+        .map_err(watch_error)?;
+    Ok(DirChanges {
+        _watcher: watcher,
+        events,
     })
-    .map_err(watch_error)?;
-    watcher.watch(dir, RecursiveMode::NonRecursive).map_err(watch_error)?;
-    Ok(DirChanges { _watcher: watcher, events })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n";
+    const SERVICE: &str =
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n";
 
     #[test]
     fn a_broken_edit_keeps_the_last_good_content_and_names_the_file() {
@@ -203,11 +234,23 @@ mod tests {
         let mut source = ManifestDir::new(dir.path());
         assert_eq!(source.load().unwrap().snapshot.services.len(), 1);
 
-        std::fs::write(&file, "apiVersion: v1\nkind: Service\nmetadata: {name: web\n").unwrap();
+        std::fs::write(
+            &file,
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web\n",
+        )
+        .unwrap();
         let load = source.load().unwrap();
-        assert_eq!(load.snapshot.services.len(), 1, "last good content must stay");
+        assert_eq!(
+            load.snapshot.services.len(),
+            1,
+            "last good content must stay"
+        );
         assert_eq!(load.errors.len(), 1);
-        assert!(load.errors[0].to_string().contains("web.yaml"), "{}", load.errors[0]);
+        assert!(
+            load.errors[0].to_string().contains("web.yaml"),
+            "{}",
+            load.errors[0]
+        );
     }
 
     #[test]
@@ -233,7 +276,10 @@ mod tests {
 
     #[test]
     fn a_missing_directory_is_an_error_naming_it() {
-        let error = ManifestDir::new("/nonexistent/sluice-manifests").load().map(|_| ()).unwrap_err();
+        let error = ManifestDir::new("/nonexistent/sluice-manifests")
+            .load()
+            .map(|_| ())
+            .unwrap_err();
         assert!(error.to_string().contains("/nonexistent/sluice-manifests"));
     }
 

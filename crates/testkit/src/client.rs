@@ -19,7 +19,9 @@ pub fn http_client() -> Client<HttpConnector, TestBody> {
 
 /// HTTP/2 over cleartext with prior knowledge.
 pub fn h2c_client() -> Client<HttpConnector, TestBody> {
-    Client::builder(TokioExecutor::new()).http2_only(true).build(HttpConnector::new())
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build(HttpConnector::new())
 }
 
 /// A whole response, read into memory (for small bodies).
@@ -31,8 +33,14 @@ pub struct Reply {
 }
 
 /// GETs `url` with the given Host header and reads the whole answer.
-pub async fn get(client: &Client<HttpConnector, TestBody>, url: &str, host: &str) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
-    let request = Request::get(url).header("host", host).body(Either::Left(Full::new(Bytes::new())))?;
+pub async fn get(
+    client: &Client<HttpConnector, TestBody>,
+    url: &str,
+    host: &str,
+) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
+    let request = Request::get(url)
+        .header("host", host)
+        .body(Either::Left(Full::new(Bytes::new())))?;
     let response = client.request(request).await?;
     let (parts, body) = response.into_parts();
     let body = body.collect().await?.to_bytes();

@@ -103,12 +103,17 @@ async fn accept_loop(listener: TcpListener, name: String, requests: Arc<AtomicU6
                 requests.fetch_add(1, Ordering::Relaxed);
                 answer(name.clone(), request)
             });
-            let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), service).await;
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }
 
-async fn answer(name: Arc<str>, request: Request<Incoming>) -> Result<Response<EchoBody>, EchoError> {
+async fn answer(
+    name: Arc<str>,
+    request: Request<Incoming>,
+) -> Result<Response<EchoBody>, EchoError> {
     let path = request.uri().path().to_owned();
     if let Some(len) = path.strip_prefix("/__testkit/bytes/") {
         let len = len.parse().map_err(|_| EchoError("bad length"))?;
@@ -154,12 +159,22 @@ async fn count_body(mut body: Incoming) -> Result<u64, EchoError> {
 fn describe(name: &str, request: &Request<Incoming>) -> serde_json::Value {
     let mut headers = serde_json::Map::new();
     for (key, value) in request.headers() {
-        let entry = headers.entry(key.as_str()).or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        let entry = headers
+            .entry(key.as_str())
+            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
         if let serde_json::Value::Array(values) = entry {
-            values.push(String::from_utf8_lossy(value.as_bytes()).into_owned().into());
+            values.push(
+                String::from_utf8_lossy(value.as_bytes())
+                    .into_owned()
+                    .into(),
+            );
         }
     }
-    let target = request.uri().path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+    let target = request
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .unwrap_or("/");
     serde_json::json!({
         "backend": name,
         "method": request.method().as_str(),

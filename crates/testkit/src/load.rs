@@ -70,7 +70,12 @@ impl LoadRun {
     }
 }
 
-async fn worker(url: Arc<str>, host: Arc<str>, stopped: watch::Receiver<bool>, limit: Duration) -> LoadReport {
+async fn worker(
+    url: Arc<str>,
+    host: Arc<str>,
+    stopped: watch::Receiver<bool>,
+    limit: Duration,
+) -> LoadReport {
     let client = http_client();
     let mut report = LoadReport::default();
     let deadline = tokio::time::Instant::now() + limit;
@@ -78,9 +83,15 @@ async fn worker(url: Arc<str>, host: Arc<str>, stopped: watch::Receiver<bool>, l
         match get(&client, &url, &host).await {
             Ok(reply) if reply.status.is_success() => {
                 report.ok += 1;
-                *report.by_backend.entry(reply.body.trim().to_owned()).or_default() += 1;
+                *report
+                    .by_backend
+                    .entry(reply.body.trim().to_owned())
+                    .or_default() += 1;
             }
-            Ok(reply) => record_failure(&mut report, format!("{} {}", reply.status, reply.body.trim())),
+            Ok(reply) => record_failure(
+                &mut report,
+                format!("{} {}", reply.status, reply.body.trim()),
+            ),
             Err(error) => record_failure(&mut report, format!("request error: {error}")),
         }
     }

@@ -22,7 +22,12 @@ impl<'a> SliceIndex<'a> {
     pub(super) fn new(snapshot: &'a Snapshot) -> Self {
         let mut index: HashMap<_, HashMap<_, Vec<_>>> = HashMap::new();
         for (key, slice) in &snapshot.endpoint_slices {
-            if let Some(service) = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+            if let Some(service) = slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            {
                 let services = index.entry(key.namespace.as_str()).or_default();
                 services.entry(service.as_str()).or_default().push(slice);
             }
@@ -31,7 +36,11 @@ impl<'a> SliceIndex<'a> {
     }
 
     fn slices(&self, namespace: &str, service: &str) -> &[&'a EndpointSlice] {
-        self.0.get(namespace).and_then(|services| services.get(service)).map(Vec::as_slice).unwrap_or_default()
+        self.0
+            .get(namespace)
+            .and_then(|services| services.get(service))
+            .map(Vec::as_slice)
+            .unwrap_or_default()
     }
 }
 
@@ -55,22 +64,45 @@ pub(super) fn resolve(
     builder: &mut TableBuilder,
     diagnostics: &mut Diagnostics,
 ) -> Option<BackendId> {
-    let ServiceReference { namespace, service: target, ingress, .. } = *reference;
+    let ServiceReference {
+        namespace,
+        service: target,
+        ingress,
+        ..
+    } = *reference;
     let port_text = port_text(reference, diagnostics)?;
-    let Some(service) = snapshot.services.get(&ObjectKey::new(namespace, &target.name)) else {
+    let Some(service) = snapshot
+        .services
+        .get(&ObjectKey::new(namespace, &target.name))
+    else {
         diagnostics.error(
             ingress,
             format!("{}.name", reference.field),
-            format!("Service {namespace}/{} not found; requests to this backend answer 503", target.name),
+            format!(
+                "Service {namespace}/{} not found; requests to this backend answer 503",
+                target.name
+            ),
         );
-        let mode = if reference.service_upstream { BackendMode::ServiceUpstream } else { BackendMode::Endpoints };
+        let mode = if reference.service_upstream {
+            BackendMode::ServiceUpstream
+        } else {
+            BackendMode::Endpoints
+        };
         let id = backend_id(namespace, &target.name, &port_text, mode);
         builder.add_backend(Backend::new(id.clone(), mode, EndpointSet::default()));
         return Some(id);
     };
     let service_ref = ObjectRef::new("Service", Some(namespace), &target.name);
-    let service_wants_upstream = service_annotations(service.metadata.annotations.as_ref(), &service_ref, diagnostics).service_upstream;
-    let mode = backend_mode(service, reference.service_upstream || service_wants_upstream);
+    let service_wants_upstream = service_annotations(
+        service.metadata.annotations.as_ref(),
+        &service_ref,
+        diagnostics,
+    )
+    .service_upstream;
+    let mode = backend_mode(
+        service,
+        reference.service_upstream || service_wants_upstream,
+    );
     let id = backend_id(namespace, &target.name, &port_text, mode);
     let Some(port) = find_port(service, reference) else {
         diagnostics.error(
@@ -88,11 +120,24 @@ pub(super) fn resolve(
     // Service-upstream diagnostics are about the Ingress that asks for it, so every such Ingress
     // gets them, not only the first to reference the backend (repeats on one object dedup).
     if !builder.has_backend(&id) || mode == BackendMode::ServiceUpstream {
-        let upstream_object = if reference.service_upstream { ingress } else { &service_ref };
+        let upstream_object = if reference.service_upstream {
+            ingress
+        } else {
+            &service_ref
+        };
         let endpoints = match mode {
-            BackendMode::Endpoints => endpoints_mode(slices.slices(namespace, &target.name), port, &service_ref, diagnostics),
-            BackendMode::ServiceUpstream => cluster_ip_mode(service, port, upstream_object, diagnostics),
-            BackendMode::ExternalName => external_name_mode(service, port, &service_ref, diagnostics),
+            BackendMode::Endpoints => endpoints_mode(
+                slices.slices(namespace, &target.name),
+                port,
+                &service_ref,
+                diagnostics,
+            ),
+            BackendMode::ServiceUpstream => {
+                cluster_ip_mode(service, port, upstream_object, diagnostics)
+            }
+            BackendMode::ExternalName => {
+                external_name_mode(service, port, &service_ref, diagnostics)
+            }
         };
         builder.add_backend(Backend::new(id.clone(), mode, endpoints));
     }
@@ -103,31 +148,45 @@ pub(super) fn resolve(
 /// be reached both ways by different Ingresses.
 fn backend_id(namespace: &str, service: &str, port_text: &str, mode: BackendMode) -> BackendId {
     match mode {
-        BackendMode::ServiceUpstream => BackendId::new(namespace, service, &format!("{port_text}/service-upstream")),
+        BackendMode::ServiceUpstream => {
+            BackendId::new(namespace, service, &format!("{port_text}/service-upstream"))
+        }
         _ => BackendId::new(namespace, service, port_text),
     }
 }
 
 fn port_text(reference: &ServiceReference<'_>, diagnostics: &mut Diagnostics) -> Option<String> {
     let port = reference.service.port.as_ref();
-    match (port.and_then(|p| p.number), port.and_then(|p| p.name.as_deref())) {
+    match (
+        port.and_then(|p| p.number),
+        port.and_then(|p| p.name.as_deref()),
+    ) {
         (Some(number), _) => Some(number.to_string()),
         (None, Some(name)) if !name.is_empty() => Some(name.to_owned()),
         _ => {
-            diagnostics.error(reference.ingress, format!("{}.port", reference.field), "must set number or name; route dropped");
+            diagnostics.error(
+                reference.ingress,
+                format!("{}.port", reference.field),
+                "must set number or name; route dropped",
+            );
             None
         }
     }
 }
 
-fn find_port<'s>(service: &'s Service, reference: &ServiceReference<'_>) -> Option<&'s ServicePort> {
+fn find_port<'s>(
+    service: &'s Service,
+    reference: &ServiceReference<'_>,
+) -> Option<&'s ServicePort> {
     let wanted = reference.service.port.as_ref()?;
     let ports = service.spec.as_ref()?.ports.as_deref()?;
-    ports.iter().find(|port| match (wanted.number, wanted.name.as_deref()) {
-        (Some(number), _) => port.port == number,
-        (None, Some(name)) => port.name.as_deref() == Some(name),
-        _ => false,
-    })
+    ports
+        .iter()
+        .find(|port| match (wanted.number, wanted.name.as_deref()) {
+            (Some(number), _) => port.port == number,
+            (None, Some(name)) => port.name.as_deref() == Some(name),
+            _ => false,
+        })
 }
 
 fn port_list(service: &Service) -> String {
@@ -160,13 +219,21 @@ fn backend_mode(service: &Service, service_upstream: bool) -> BackendMode {
     }
 }
 
-fn endpoints_mode(slices: &[&EndpointSlice], port: &ServicePort, service: &ObjectRef, diagnostics: &mut Diagnostics) -> EndpointSet {
+fn endpoints_mode(
+    slices: &[&EndpointSlice],
+    port: &ServicePort,
+    service: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> EndpointSet {
     let endpoints = ready_endpoints(slices.iter().copied(), port.name.as_deref());
     if endpoints.is_empty() {
         diagnostics.warning(
             service,
             "",
-            format!("no ready endpoints for port {}; requests to it answer 503", port_label(port)),
+            format!(
+                "no ready endpoints for port {}; requests to it answer 503",
+                port_label(port)
+            ),
         );
     }
     endpoints
@@ -184,16 +251,28 @@ fn port_label(port: &ServicePort) -> String {
 /// Each slice's port is the one with the same name as the Service port (an unnamed Service port
 /// matches an unnamed slice port); its number is the target port, which may differ per slice.
 /// An endpoint counts when `conditions.ready` is true or absent; its first address is used.
-pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, port_name: Option<&str>) -> EndpointSet {
+pub fn ready_endpoints<'a>(
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    port_name: Option<&str>,
+) -> EndpointSet {
     let wanted = port_name.unwrap_or_default();
     let mut endpoints = Vec::new();
     for slice in slices {
-        let slice_port = slice.ports.as_deref().unwrap_or_default().iter().find(|p| p.name.as_deref().unwrap_or_default() == wanted);
+        let slice_port = slice
+            .ports
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|p| p.name.as_deref().unwrap_or_default() == wanted);
         let Some(port) = slice_port.and_then(|p| p.port) else {
             continue;
         };
         for endpoint in slice.endpoints.as_deref().unwrap_or_default() {
-            let ready = endpoint.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            let ready = endpoint
+                .conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(true);
             let address = endpoint.addresses.first();
             if let (true, Some(address)) = (ready, address) {
                 endpoints.extend(endpoint_at(address, port));
@@ -205,12 +284,25 @@ pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, 
 
 /// `ip:port`, `[ipv6]:port` or `name:port` as an endpoint; `None` if it is not a valid authority.
 fn endpoint_at(host: &str, port: i32) -> Option<Endpoint> {
-    let text = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    let text = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
     Authority::try_from(text).ok().map(Endpoint::new)
 }
 
-fn cluster_ip_mode(service: &Service, port: &ServicePort, object: &ObjectRef, diagnostics: &mut Diagnostics) -> EndpointSet {
-    let cluster_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()).unwrap_or_default();
+fn cluster_ip_mode(
+    service: &Service,
+    port: &ServicePort,
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> EndpointSet {
+    let cluster_ip = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.as_deref())
+        .unwrap_or_default();
     let service_name = service.metadata.name.as_deref().unwrap_or_default();
     let problem = match cluster_ip {
         "None" => Some(format!("Service {service_name} is headless (clusterIP: None), so service-upstream has no ClusterIP to send to; requests answer 503")),
@@ -222,7 +314,11 @@ fn cluster_ip_mode(service: &Service, port: &ServicePort, object: &ObjectRef, di
         return EndpointSet::default();
     }
     let Some(endpoint) = endpoint_at(cluster_ip, port.port) else {
-        diagnostics.error(object, "spec.clusterIP", format!("{cluster_ip:?} is not a valid IP address; requests answer 503"));
+        diagnostics.error(
+            object,
+            "spec.clusterIP",
+            format!("{cluster_ip:?} is not a valid IP address; requests answer 503"),
+        );
         return EndpointSet::default();
     };
     diagnostics.info(
@@ -235,12 +331,25 @@ fn cluster_ip_mode(service: &Service, port: &ServicePort, object: &ObjectRef, di
     EndpointSet::new(vec![endpoint])
 }
 
-fn external_name_mode(service: &Service, port: &ServicePort, object: &ObjectRef, diagnostics: &mut Diagnostics) -> EndpointSet {
-    let name = service.spec.as_ref().and_then(|s| s.external_name.as_deref()).unwrap_or_default();
+fn external_name_mode(
+    service: &Service,
+    port: &ServicePort,
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> EndpointSet {
+    let name = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.external_name.as_deref())
+        .unwrap_or_default();
     match endpoint_at(name.trim_end_matches('.'), port.port) {
         Some(endpoint) if !name.is_empty() => EndpointSet::new(vec![endpoint]),
         _ => {
-            diagnostics.error(object, "spec.externalName", format!("{name:?} is not a valid DNS name; requests answer 503"));
+            diagnostics.error(
+                object,
+                "spec.externalName",
+                format!("{name:?} is not a valid DNS name; requests answer 503"),
+            );
             EndpointSet::default()
         }
     }

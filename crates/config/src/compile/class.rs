@@ -16,10 +16,18 @@ pub(super) struct ClassFilter<'a> {
 }
 
 impl<'a> ClassFilter<'a> {
-    pub(super) fn new(snapshot: &Snapshot, class: &'a str, watch_without_class: bool, diagnostics: &mut Diagnostics) -> Self {
+    pub(super) fn new(
+        snapshot: &Snapshot,
+        class: &'a str,
+        watch_without_class: bool,
+        diagnostics: &mut Diagnostics,
+    ) -> Self {
         let mut has_default = false;
         for (name, ingress_class) in &snapshot.ingress_classes {
-            let controller = ingress_class.spec.as_ref().and_then(|s| s.controller.as_deref());
+            let controller = ingress_class
+                .spec
+                .as_ref()
+                .and_then(|s| s.controller.as_deref());
             let ours = controller == Some(CONTROLLER);
             has_default |= ours && is_default_class(ingress_class.metadata.annotations.as_ref());
             if name == class && !ours {
@@ -39,8 +47,17 @@ impl<'a> ClassFilter<'a> {
         }
     }
 
-    pub(super) fn serves(&self, ingress: &Ingress, annotations: &IngressAnnotations, object: &ObjectRef, diagnostics: &mut Diagnostics) -> bool {
-        let spec_class = ingress.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref());
+    pub(super) fn serves(
+        &self,
+        ingress: &Ingress,
+        annotations: &IngressAnnotations,
+        object: &ObjectRef,
+        diagnostics: &mut Diagnostics,
+    ) -> bool {
+        let spec_class = ingress
+            .spec
+            .as_ref()
+            .and_then(|s| s.ingress_class_name.as_deref());
         let legacy_class = annotations.legacy_class.as_deref();
         if let (Some(spec), Some(legacy)) = (spec_class, legacy_class) {
             if spec != legacy {
@@ -54,8 +71,19 @@ impl<'a> ClassFilter<'a> {
         match spec_class.or(legacy_class) {
             Some(class) if class == self.class => true,
             Some(class) => {
-                let field = if spec_class.is_some() { "spec.ingressClassName".to_owned() } else { format!("metadata.annotations[{INGRESS_CLASS}]") };
-                diagnostics.info(object, field, format!("class {class:?} is not {:?}; not served by this sluice", self.class));
+                let field = if spec_class.is_some() {
+                    "spec.ingressClassName".to_owned()
+                } else {
+                    format!("metadata.annotations[{INGRESS_CLASS}]")
+                };
+                diagnostics.info(
+                    object,
+                    field,
+                    format!(
+                        "class {class:?} is not {:?}; not served by this sluice",
+                        self.class
+                    ),
+                );
                 false
             }
             None if self.serve_classless => true,

@@ -52,13 +52,22 @@ pub fn compile(snapshot: &Snapshot, options: &CompileOptions) -> Compiled {
         claimed: HashMap::new(),
         default_backend_owner: None,
     };
-    let classes = class::ClassFilter::new(snapshot, &options.ingress_class, options.watch_without_class, &mut compiler.diagnostics);
+    let classes = class::ClassFilter::new(
+        snapshot,
+        &options.ingress_class,
+        options.watch_without_class,
+        &mut compiler.diagnostics,
+    );
     for (key, ingress) in oldest_first(snapshot) {
         let object = ObjectRef::new("Ingress", Some(&key.namespace), &key.name);
         // Annotation findings only matter for Ingresses this sluice serves: an nginx Ingress
         // left in place during a migration should not flood the report.
         let mut annotation_diagnostics = Diagnostics::default();
-        let annotations = ingress_annotations(ingress.metadata.annotations.as_ref(), &object, &mut annotation_diagnostics);
+        let annotations = ingress_annotations(
+            ingress.metadata.annotations.as_ref(),
+            &object,
+            &mut annotation_diagnostics,
+        );
         if classes.serves(ingress, &annotations, &object, &mut compiler.diagnostics) {
             compiler.diagnostics.append(annotation_diagnostics);
             compiler.add_ingress(key, ingress, &object, annotations.service_upstream);
@@ -92,9 +101,16 @@ struct Compiler<'a> {
 }
 
 impl Compiler<'_> {
-    fn add_ingress(&mut self, key: &ObjectKey, ingress: &Ingress, object: &ObjectRef, service_upstream: bool) {
+    fn add_ingress(
+        &mut self,
+        key: &ObjectKey,
+        ingress: &Ingress,
+        object: &ObjectRef,
+        service_upstream: bool,
+    ) {
         let Some(spec) = ingress.spec.as_ref() else {
-            self.diagnostics.error(object, "spec", "missing; nothing to serve");
+            self.diagnostics
+                .error(object, "spec", "missing; nothing to serve");
             return;
         };
         let source = format!("{}/{}", key.namespace, key.name);
@@ -107,54 +123,102 @@ impl Compiler<'_> {
                 continue;
             };
             let Some(http) = &rule.http else {
-                self.diagnostics.warning(object, format!("{rule_field}.http"), "missing; rule has no paths and is ignored");
+                self.diagnostics.warning(
+                    object,
+                    format!("{rule_field}.http"),
+                    "missing; rule has no paths and is ignored",
+                );
                 continue;
             };
             for (path_index, path) in http.paths.iter().enumerate() {
                 let field = format!("{rule_field}.http.paths[{path_index}]");
-                let Some(path_match) = self.path_of(path.path.as_deref(), &path.path_type, &field, object) else {
+                let Some(path_match) =
+                    self.path_of(path.path.as_deref(), &path.path_type, &field, object)
+                else {
                     continue;
                 };
-                let reference = Reference { key, object, service_upstream, field: format!("{field}.backend") };
+                let reference = Reference {
+                    key,
+                    object,
+                    service_upstream,
+                    field: format!("{field}.backend"),
+                };
                 let Some(backend) = self.backend_of(&path.backend, &reference) else {
                     continue;
                 };
                 if self.claim(&host, &path_match, &field, object) {
-                    self.builder.add_route(host.clone(), path_match, backend, &source);
+                    self.builder
+                        .add_route(host.clone(), path_match, backend, &source);
                 }
             }
         }
     }
 
-    fn add_default_backend(&mut self, key: &ObjectKey, backend: &IngressBackend, object: &ObjectRef, service_upstream: bool) {
+    fn add_default_backend(
+        &mut self,
+        key: &ObjectKey,
+        backend: &IngressBackend,
+        object: &ObjectRef,
+        service_upstream: bool,
+    ) {
         if let Some(owner) = &self.default_backend_owner {
-            let message = format!("ignored: Ingress {} is older and its defaultBackend wins", owner.as_str().trim_start_matches("Ingress "));
-            self.diagnostics.warning(object, "spec.defaultBackend", message);
+            let message = format!(
+                "ignored: Ingress {} is older and its defaultBackend wins",
+                owner.as_str().trim_start_matches("Ingress ")
+            );
+            self.diagnostics
+                .warning(object, "spec.defaultBackend", message);
             return;
         }
-        let reference = Reference { key, object, service_upstream, field: "spec.defaultBackend".to_owned() };
+        let reference = Reference {
+            key,
+            object,
+            service_upstream,
+            field: "spec.defaultBackend".to_owned(),
+        };
         if let Some(id) = self.backend_of(backend, &reference) {
             self.builder.set_default_backend(id);
             self.default_backend_owner = Some(object.clone());
         }
     }
 
-    fn host_of(&mut self, host: Option<&str>, rule_field: &str, object: &ObjectRef) -> Option<HostMatch> {
+    fn host_of(
+        &mut self,
+        host: Option<&str>,
+        rule_field: &str,
+        object: &ObjectRef,
+    ) -> Option<HostMatch> {
         let text = host.unwrap_or_default();
         let name = text.strip_prefix("*.").unwrap_or(text);
-        let valid = name.split('.').all(|label| !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+        let valid = name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
         if !text.is_empty() && !valid {
             let message = format!("{text:?} is not a valid host (a DNS name, optionally starting with \"*.\"); rule dropped");
-            self.diagnostics.error(object, format!("{rule_field}.host"), message);
+            self.diagnostics
+                .error(object, format!("{rule_field}.host"), message);
             return None;
         }
         Some(HostMatch::from_rule_host(host))
     }
 
-    fn path_of(&mut self, path: Option<&str>, path_type: &str, field: &str, object: &ObjectRef) -> Option<PathMatch> {
+    fn path_of(
+        &mut self,
+        path: Option<&str>,
+        path_type: &str,
+        field: &str,
+        object: &ObjectRef,
+    ) -> Option<PathMatch> {
         let path = path.unwrap_or("/");
         if !path.starts_with('/') {
-            self.diagnostics.error(object, format!("{field}.path"), format!("{path:?} must start with \"/\"; path dropped"));
+            self.diagnostics.error(
+                object,
+                format!("{field}.path"),
+                format!("{path:?} must start with \"/\"; path dropped"),
+            );
             return None;
         }
         match path_type {
@@ -162,16 +226,29 @@ impl Compiler<'_> {
             "Prefix" | "ImplementationSpecific" => Some(PathMatch::prefix(path)),
             other => {
                 let message = format!("{other:?} is not a pathType (Exact, Prefix or ImplementationSpecific); path dropped");
-                self.diagnostics.error(object, format!("{field}.pathType"), message);
+                self.diagnostics
+                    .error(object, format!("{field}.pathType"), message);
                 None
             }
         }
     }
 
-    fn backend_of(&mut self, backend: &IngressBackend, reference: &Reference<'_>) -> Option<BackendId> {
+    fn backend_of(
+        &mut self,
+        backend: &IngressBackend,
+        reference: &Reference<'_>,
+    ) -> Option<BackendId> {
         let Some(service) = &backend.service else {
-            let what = if backend.resource.is_some() { "resource backends are not supported" } else { "no service" };
-            self.diagnostics.error(reference.object, &reference.field, format!("{what}; route dropped"));
+            let what = if backend.resource.is_some() {
+                "resource backends are not supported"
+            } else {
+                "no service"
+            };
+            self.diagnostics.error(
+                reference.object,
+                &reference.field,
+                format!("{what}; route dropped"),
+            );
             return None;
         };
         let service_reference = ServiceReference {
@@ -181,11 +258,23 @@ impl Compiler<'_> {
             ingress: reference.object,
             service_upstream: reference.service_upstream,
         };
-        resolve(self.snapshot, &self.slices, &service_reference, &mut self.builder, &mut self.diagnostics)
+        resolve(
+            self.snapshot,
+            &self.slices,
+            &service_reference,
+            &mut self.builder,
+            &mut self.diagnostics,
+        )
     }
 
     /// Claims host + path for this Ingress; a later (younger) claim loses with a diagnostic.
-    fn claim(&mut self, host: &HostMatch, path: &PathMatch, field: &str, object: &ObjectRef) -> bool {
+    fn claim(
+        &mut self,
+        host: &HostMatch,
+        path: &PathMatch,
+        field: &str,
+        object: &ObjectRef,
+    ) -> bool {
         let key = (host.clone(), path.clone());
         match self.claimed.get(&key) {
             None => {
@@ -193,8 +282,16 @@ impl Compiler<'_> {
                 true
             }
             Some(owner) => {
-                let owner = if owner == object { "an earlier rule of this Ingress".to_owned() } else { format!("{owner}, which is older") };
-                let message = format!("duplicate of host {host} path {} ({:?}) already served by {owner}; ignored", path.path(), path.kind());
+                let owner = if owner == object {
+                    "an earlier rule of this Ingress".to_owned()
+                } else {
+                    format!("{owner}, which is older")
+                };
+                let message = format!(
+                    "duplicate of host {host} path {} ({:?}) already served by {owner}; ignored",
+                    path.path(),
+                    path.kind()
+                );
                 self.diagnostics.warning(object, field, message);
                 false
             }

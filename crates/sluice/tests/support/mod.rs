@@ -18,7 +18,11 @@ pub struct Sluice {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Sluice {
@@ -29,18 +33,32 @@ impl Sluice {
         let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(["serve", "--manifests"])
             .arg(dir)
-            .args(["--listen", &listen.to_string(), "--admin", &admin.to_string()])
+            .args([
+                "--listen",
+                &listen.to_string(),
+                "--admin",
+                &admin.to_string(),
+            ])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()
             .expect("start sluice");
-        let sluice = Self { child, listen, admin, dir: dir.to_owned() };
+        let sluice = Self {
+            child,
+            listen,
+            admin,
+            dir: dir.to_owned(),
+        };
         let client = http_client();
         let ready_url = format!("http://{admin}/readyz");
         wait_until("sluice to be ready", Duration::from_secs(20), || {
             let (client, url) = (client.clone(), ready_url.clone());
-            async move { get(&client, &url, "admin").await.is_ok_and(|r| r.status == 200) }
+            async move {
+                get(&client, &url, "admin")
+                    .await
+                    .is_ok_and(|r| r.status == 200)
+            }
         })
         .await;
         sluice
@@ -64,7 +82,13 @@ impl Sluice {
 
     /// The /api/routes document.
     pub async fn routes(&self) -> serde_json::Value {
-        let reply = get(&http_client(), &format!("http://{}/api/routes", self.admin), "admin").await.unwrap();
+        let reply = get(
+            &http_client(),
+            &format!("http://{}/api/routes", self.admin),
+            "admin",
+        )
+        .await
+        .unwrap();
         serde_json::from_str(&reply.body).unwrap()
     }
 
