@@ -5,14 +5,13 @@ use sluice_routing::TableView;
 use sluice_sources::ManifestDir;
 
 use crate::cli::CheckArgs;
-use crate::control::file_diagnostics;
 
 /// Prints the report to stdout. Returns `Ok(false)` when any file failed or any error-level
 /// diagnostic exists.
 pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
     let load = ManifestDir::new(&args.manifests).load()?;
     let compiled = compile(&load.snapshot, &args.class.compile_options());
-    let mut diagnostics = file_diagnostics(&load.errors, "");
+    let mut diagnostics = load.diagnostics("");
     diagnostics.extend(compiled.diagnostics);
     diagnostics.sort_by_key(|d| std::cmp::Reverse(d.severity));
 

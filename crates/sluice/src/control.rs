@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
-use sluice_config::{compile, CompileOptions, Diagnostic, ObjectRef, Severity};
+use sluice_config::{compile, CompileOptions, Diagnostic, Severity};
 use sluice_proxy::TableHandle;
-use sluice_sources::{FileError, Load};
+use sluice_sources::Load;
 
 /// What the admin API reports next to the table.
 #[derive(Debug, Default, Serialize)]
@@ -55,8 +55,7 @@ impl ControlPlane {
     /// Compiles a load and publishes the table if it differs from the one serving now.
     pub fn apply(&self, load: Load) {
         let compiled = compile(&load.snapshot, &self.options);
-        let mut diagnostics =
-            file_diagnostics(&load.errors, "; the file's last good content stays in use");
+        let mut diagnostics = load.diagnostics("; the file's last good content stays in use");
         diagnostics.extend(compiled.diagnostics);
         self.log_new(&diagnostics);
         let changed = !self.is_ready() || *self.table.load() != compiled.table;
@@ -84,27 +83,5 @@ impl ControlPlane {
                 Severity::Info => tracing::info!("{diagnostic}"),
             }
         }
-    }
-}
-
-/// File errors as error diagnostics: the object is the file, the field the document, and
-/// `consequence` is appended to each message.
-pub fn file_diagnostics(errors: &[FileError], consequence: &str) -> Vec<Diagnostic> {
-    errors
-        .iter()
-        .map(|error| Diagnostic {
-            severity: Severity::Error,
-            object: ObjectRef::new("File", None, &error.file.display().to_string()),
-            field: error.error.as_ref().map(location).unwrap_or_default(),
-            message: format!("{}{consequence}", error.reason),
-        })
-        .collect()
-}
-
-fn location(error: &sluice_config::DocumentError) -> String {
-    match (error.document, error.item) {
-        (Some(document), Some(item)) => format!("document {document}, item {item}"),
-        (Some(document), None) => format!("document {document}"),
-        _ => String::new(),
     }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use sluice_config::{
-    parse_manifest, Document, DocumentError, Format, KubeObject, ObjectKey, Snapshot,
+    parse_manifest, Diagnostic, Document, DocumentError, Format, KubeObject, ObjectKey, ObjectRef,
+    Severity, Snapshot,
 };
 use tokio::sync::mpsc;
 
@@ -42,8 +43,36 @@ pub struct Load {
     pub snapshot: Snapshot,
     /// Files that failed this time.
     pub errors: Vec<FileError>,
+    /// Objects defined in more than one file (the later file, by name, wins).
+    pub duplicates: Vec<Diagnostic>,
     /// How many files were read.
     pub files: usize,
+}
+
+impl Load {
+    /// File errors and duplicate objects as diagnostics; `consequence` is appended to each
+    /// file error's message (e.g. that the last good content stays in use).
+    pub fn diagnostics(&self, consequence: &str) -> Vec<Diagnostic> {
+        let errors = self.errors.iter().map(|error| Diagnostic {
+            severity: Severity::Error,
+            object: file_object(&error.file),
+            field: error.error.as_ref().map(location).unwrap_or_default(),
+            message: format!("{}{consequence}", error.reason),
+        });
+        errors.chain(self.duplicates.iter().cloned()).collect()
+    }
+}
+
+fn file_object(path: &Path) -> ObjectRef {
+    ObjectRef::new("File", None, &path.display().to_string())
+}
+
+fn location(error: &DocumentError) -> String {
+    match (error.document, error.item) {
+        (Some(document), Some(item)) => format!("document {document}, item {item}"),
+        (Some(document), None) => format!("document {document}"),
+        _ => String::new(),
+    }
 }
 
 /// One file's last good parse, and the text it came from.
@@ -85,11 +114,23 @@ impl ManifestDir {
         }
         let mut snapshot = Snapshot::default();
         let mut origin: BTreeMap<(&str, ObjectKey), &Path> = BTreeMap::new();
+        let mut duplicates = Vec::new();
         for (path, file) in &self.files {
             for object in &file.objects {
-                let key = (object.kind(), ObjectKey::of(object.metadata()));
-                if let Some(first) = origin.insert(key.clone(), path) {
-                    tracing::warn!(kind = key.0, object = %format!("{}/{}", key.1.namespace, key.1.name), first = %first.display(), later = %path.display(), "object defined twice; the later file wins");
+                let key = ObjectKey::of(object.metadata());
+                if let Some(first) = origin.insert((object.kind(), key.clone()), path) {
+                    duplicates.push(Diagnostic {
+                        severity: Severity::Warning,
+                        object: file_object(path),
+                        field: String::new(),
+                        message: format!(
+                            "{} {}/{} is also defined in {}; this later file wins",
+                            object.kind(),
+                            key.namespace,
+                            key.name,
+                            first.display()
+                        ),
+                    });
                 }
                 snapshot.insert(object.clone());
             }
@@ -97,6 +138,7 @@ impl ManifestDir {
         Ok(Load {
             snapshot,
             errors,
+            duplicates,
             files: paths.len(),
         })
     }
@@ -262,6 +304,49 @@ mod tests {
         assert_eq!(source.load().unwrap().snapshot.services.len(), 1);
         std::fs::remove_file(&file).unwrap();
         assert!(source.load().unwrap().snapshot.services.is_empty());
+    }
+
+    #[test]
+    fn an_object_in_two_files_is_a_warning_and_the_later_file_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), SERVICE).unwrap();
+        std::fs::write(
+            dir.path().join("b.yaml"),
+            SERVICE.replace("port: 80", "port: 81"),
+        )
+        .unwrap();
+        let load = ManifestDir::new(dir.path()).load().unwrap();
+        let service = &load.snapshot.services[&ObjectKey::new("default", "web")];
+        assert_eq!(
+            service.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port,
+            81
+        );
+        let diagnostics = load.diagnostics("");
+        assert_eq!(diagnostics.len(), 1);
+        assert!(diagnostics[0].object.as_str().ends_with("b.yaml"));
+        assert!(
+            diagnostics[0].message.contains("a.yaml"),
+            "{}",
+            diagnostics[0]
+        );
+    }
+
+    #[test]
+    fn file_errors_become_error_diagnostics_naming_file_and_document() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("bad.yaml"),
+            format!("{SERVICE}---\napiVersion: v1\nkind: Service\nmetadata: {{}}\n"),
+        )
+        .unwrap();
+        let diagnostics = ManifestDir::new(dir.path())
+            .load()
+            .unwrap()
+            .diagnostics("; kept");
+        assert_eq!(diagnostics[0].severity, Severity::Error);
+        assert!(diagnostics[0].object.as_str().ends_with("bad.yaml"));
+        assert_eq!(diagnostics[0].field, "document 2");
+        assert!(diagnostics[0].message.ends_with("; kept"));
     }
 
     #[test]
