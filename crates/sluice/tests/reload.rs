@@ -5,11 +5,10 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 
 use sluice_testkit::{get, http_client, EchoBackend, LoadRun};
-use support::{ingress, pod_ip, service, wait_until, write_manifest, Sluice};
+use support::{ingress, pod_ip, run_check, service, wait_until, write_manifest, Sluice};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifest_changes_under_constant_load_fail_no_request() {
@@ -119,13 +118,8 @@ async fn a_broken_file_keeps_the_old_routes_and_check_names_it() {
         "{broken_report}"
     );
 
-    let check = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["check", "--manifests"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&check.stdout);
-    assert_eq!(check.status.code(), Some(1), "check must fail: {stdout}");
+    let (code, stdout) = run_check(dir.path());
+    assert_eq!(code, Some(1), "check must fail: {stdout}");
     assert!(
         stdout.contains("broken.yaml document 2"),
         "check must name the file and document: {stdout}"
@@ -144,13 +138,8 @@ fn check_passes_a_valid_directory_and_prints_the_routes() {
             service("app", 80, &["127.0.1.70:8080".parse().unwrap()]),
         ],
     );
-    let check = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["check", "--manifests"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&check.stdout);
-    assert_eq!(check.status.code(), Some(0), "{stdout}");
+    let (code, stdout) = run_check(dir.path());
+    assert_eq!(code, Some(0), "{stdout}");
     assert!(stdout.contains("app.test"), "{stdout}");
     assert!(
         stdout.contains("/v1") && stdout.contains("Exact") && stdout.contains("default/app:80"),

@@ -175,3 +175,16 @@ pub fn write_manifest(dir: &Path, name: &str, documents: &[String]) {
 pub fn pod_ip(n: u8) -> std::net::IpAddr {
     std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 1, n))
 }
+
+/// Runs `sluice check --manifests dir`; returns its exit code and standard output.
+pub fn run_check(dir: &Path) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check", "--manifests"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
