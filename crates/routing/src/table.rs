@@ -336,6 +336,18 @@ mod tests {
         assert!(t.lookup("h.test", "/else").is_none());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn lookup_never_panics_on_any_host_or_path(host in ".{0,40}", path in ".{0,40}") {
+            let t = table(
+                &[("*.example.com", PathMatch::prefix("/a"), "w"), ("a.example.com", PathMatch::exact("/"), "e"), ("", PathMatch::prefix("/"), "any")],
+                Some("d"),
+            );
+            let normalized = crate::normalize_request_host(&host);
+            proptest::prop_assert!(t.lookup(&normalized, &path).is_some(), "a default backend always answers");
+        }
+    }
+
     #[test]
     fn same_input_builds_equal_tables() {
         let routes = [

@@ -250,6 +250,40 @@ async fn forwards_the_raw_target_and_strips_hop_by_hop_headers() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_an_error_and_sluice_keeps_serving() {
+    let echo = pods(&["survivor"], 31).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "echo.yaml",
+        &[
+            ingress("echo", "", &[("/", "Prefix", "echo", 80)]),
+            service("echo", 80, &addrs(&echo)),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+
+    let garbage = [
+        "GARBAGE\r\n\r\n",
+        "GET /x HTTP/1.1\r\nHost: a\r\nContent-Length: nope\r\n\r\n",
+        "GET /x HTTP/1.1\r\nHost: a\r\nBad Header Name: 1\r\n\r\n",
+        "GET /x HTTP/1.1\r\nHost: \u{1}\u{2}\r\n\r\n",
+        "\u{0}\u{ff}\u{fe}PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\u{0}\u{0}",
+    ];
+    for request in garbage {
+        let response = raw_exchange(sluice.listen, request);
+        assert!(
+            response.is_empty() || response.starts_with("HTTP/1.1 4"),
+            "{request:?} got {response:?}"
+        );
+    }
+    let reply = get(&http_client(), &sluice.url("/still-here"), "echo.test")
+        .await
+        .unwrap();
+    assert_eq!(reply.body, "survivor\n");
+}
+
 /// Sends one raw HTTP/1.1 request and reads the whole response (the server closes after it).
 fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
@@ -258,9 +292,9 @@ fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> String {
         .unwrap();
     let request = request.replacen("Connection: keep-alive", "Connection: close", 1);
     stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    String::from_utf8_lossy(&response).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
