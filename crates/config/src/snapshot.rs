@@ -105,6 +105,28 @@ impl Snapshot {
         }
     }
 
+    /// Removes the object of this object's kind, namespace and name, if present.
+    pub fn remove(&mut self, object: &KubeObject) {
+        let key = ObjectKey::of(object.metadata());
+        match object {
+            KubeObject::Ingress(_) => {
+                self.ingresses.remove(&key);
+            }
+            KubeObject::IngressClass(_) => {
+                self.ingress_classes.remove(&key.name);
+            }
+            KubeObject::Service(_) => {
+                self.services.remove(&key);
+            }
+            KubeObject::EndpointSlice(_) => {
+                self.endpoint_slices.remove(&key);
+            }
+            KubeObject::Secret(_) => {
+                self.secrets.remove(&key);
+            }
+        }
+    }
+
     /// Builds a snapshot from objects; later objects replace earlier ones with the same key.
     pub fn from_objects(objects: impl IntoIterator<Item = KubeObject>) -> Self {
         let mut snapshot = Self::default();

@@ -54,7 +54,10 @@ async fn streams_100_mb_each_way_without_buffering() {
     assert_eq!(downloaded, SIZE, "the client must receive every byte");
 
     let peak = sluice.peak_rss();
-    eprintln!("sluice peak RSS after 2 x 100 MB: {:.1} MiB", peak as f64 / (1024.0 * 1024.0));
+    eprintln!(
+        "sluice peak RSS after 2 x 100 MB: {:.1} MiB",
+        peak as f64 / (1024.0 * 1024.0)
+    );
     assert!(
         peak < RSS_LIMIT,
         "sluice peaked at {} MiB of RSS; bodies must stream, not buffer",

@@ -1,6 +1,7 @@
-//! Sources of snapshots: today the manifest directory, the embedded default.
+//! Sources of snapshots: the manifest directory (the embedded default) and the Kubernetes API.
 
 mod error;
+pub mod kubernetes;
 mod manifest_dir;
 
 pub use error::SourceError;

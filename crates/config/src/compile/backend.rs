@@ -1,6 +1,6 @@
 //! Backend resolution: from an Ingress's Service reference to a backend with its mode and endpoints.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use http::uri::Authority;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
@@ -44,6 +44,33 @@ impl<'a> SliceIndex<'a> {
     }
 }
 
+/// A backend that takes its endpoints from a Service's EndpointSlices, through one port name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointSource {
+    pub backend: BackendId,
+    /// The Service port's name (`None` for an unnamed port); slices are matched on it.
+    pub port_name: Option<String>,
+}
+
+/// For every Service, the backends fed by its EndpointSlices: what an EndpointSlice change must
+/// recompute, without a recompile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointSources(BTreeMap<ObjectKey, Vec<EndpointSource>>);
+
+impl EndpointSources {
+    /// The backends fed by the Service `service` (namespace/name).
+    pub fn of_service(&self, service: &ObjectKey) -> &[EndpointSource] {
+        self.0.get(service).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    fn add(&mut self, service: ObjectKey, source: EndpointSource) {
+        let sources = self.0.entry(service).or_default();
+        if !sources.contains(&source) {
+            sources.push(source);
+        }
+    }
+}
+
 /// One `backend.service` of an Ingress, with where it sits and what the Ingress asks of it.
 pub(super) struct ServiceReference<'a> {
     pub namespace: &'a str,
@@ -62,6 +89,7 @@ pub(super) fn resolve(
     slices: &SliceIndex<'_>,
     reference: &ServiceReference<'_>,
     builder: &mut TableBuilder,
+    endpoint_sources: &mut EndpointSources,
     diagnostics: &mut Diagnostics,
 ) -> Option<BackendId> {
     let ServiceReference {
@@ -140,6 +168,13 @@ pub(super) fn resolve(
             }
         };
         builder.add_backend(Backend::new(id.clone(), mode, endpoints));
+    }
+    if mode == BackendMode::Endpoints {
+        let source = EndpointSource {
+            backend: id.clone(),
+            port_name: port.name.clone().filter(|name| !name.is_empty()),
+        };
+        endpoint_sources.add(ObjectKey::new(namespace, &target.name), source);
     }
     Some(id)
 }

@@ -13,7 +13,7 @@ use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
 use backend::{resolve, ServiceReference, SliceIndex};
 
-pub use backend::{ready_endpoints, SERVICE_NAME_LABEL};
+pub use backend::{ready_endpoints, EndpointSource, EndpointSources, SERVICE_NAME_LABEL};
 pub use class::CONTROLLER;
 
 /// What the compiler is told from the command line.
@@ -39,6 +39,10 @@ impl Default for CompileOptions {
 pub struct Compiled {
     pub table: RoutingTable,
     pub diagnostics: Vec<Diagnostic>,
+    /// Which backends each Service's EndpointSlices feed, for endpoint updates without a recompile.
+    pub endpoint_sources: EndpointSources,
+    /// The Ingresses this sluice serves (class matched), for status updates.
+    pub served: Vec<ObjectKey>,
 }
 
 /// Compiles a snapshot into a routing table. Pure and deterministic: no I/O, and the same
@@ -51,7 +55,9 @@ pub fn compile(snapshot: &Snapshot, options: &CompileOptions) -> Compiled {
         diagnostics: Diagnostics::default(),
         claimed: HashMap::new(),
         default_backend_owner: None,
+        endpoint_sources: EndpointSources::default(),
     };
+    let mut served = Vec::new();
     let classes = class::ClassFilter::new(
         snapshot,
         &options.ingress_class,
@@ -71,11 +77,14 @@ pub fn compile(snapshot: &Snapshot, options: &CompileOptions) -> Compiled {
         if classes.serves(ingress, &annotations, &object, &mut compiler.diagnostics) {
             compiler.diagnostics.append(annotation_diagnostics);
             compiler.add_ingress(key, ingress, &object, annotations.service_upstream);
+            served.push(key.clone());
         }
     }
     Compiled {
         table: compiler.builder.build(),
         diagnostics: compiler.diagnostics.into_sorted(),
+        endpoint_sources: compiler.endpoint_sources,
+        served,
     }
 }
 
@@ -98,6 +107,7 @@ struct Compiler<'a> {
     /// Which Ingress owns each host + path, for conflict reports.
     claimed: HashMap<(HostMatch, PathMatch), ObjectRef>,
     default_backend_owner: Option<ObjectRef>,
+    endpoint_sources: EndpointSources,
 }
 
 impl Compiler<'_> {
@@ -263,6 +273,7 @@ impl Compiler<'_> {
             &self.slices,
             &service_reference,
             &mut self.builder,
+            &mut self.endpoint_sources,
             &mut self.diagnostics,
         )
     }

@@ -1,0 +1,359 @@
+//! The cluster state: applies watch events to the snapshot and says what each one changed — a recompile, some Services' endpoints, or only an Ingress status.
+
+use std::collections::{BTreeSet, HashMap};
+
+use kube::runtime::watcher::Event;
+use sluice_config::{ready_endpoints, KubeObject, ObjectKey, Snapshot, SERVICE_NAME_LABEL};
+use sluice_routing::EndpointSet;
+
+use super::trim::trim;
+use super::watch::{WatchEvent, WatchId};
+
+/// What applying one event changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Effect {
+    /// An object the routing table depends on changed: recompile.
+    pub recompile: bool,
+    /// EndpointSlices of these Services changed: recompute their backends' endpoints.
+    pub services: BTreeSet<ObjectKey>,
+    /// Only the status of an Ingress changed (e.g. sluice's own status write).
+    pub ingress_status: bool,
+}
+
+impl Effect {
+    pub fn merge(&mut self, other: Effect) {
+        self.recompile |= other.recompile;
+        self.services.extend(other.services);
+        self.ingress_status |= other.ingress_status;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Effect::default()
+    }
+}
+
+/// The snapshot the watches build, plus the bookkeeping that makes updates cheap and re-lists
+/// flap-free.
+#[derive(Debug, Default)]
+pub struct ClusterState {
+    snapshot: Snapshot,
+    /// Objects of a re-list in progress, per watch: swapped in whole at `InitDone`, so a
+    /// re-list never shows a moment with the objects missing.
+    relists: HashMap<WatchId, Vec<KubeObject>>,
+    /// Which watches have completed a list at least once.
+    synced: BTreeSet<WatchId>,
+    /// EndpointSlice keys per Service, so one Service's endpoints are found without a scan.
+    slices_by_service: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
+    /// What each watch covers, by [`WatchId`].
+    scopes: Vec<WatchScope>,
+}
+
+/// The kind and namespace one watch covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchScope {
+    pub kind: &'static str,
+    /// `None` for every namespace (and for cluster-scoped kinds).
+    pub namespace: Option<String>,
+}
+
+impl WatchScope {
+    fn covers(&self, key: &ObjectKey) -> bool {
+        self.namespace.as_ref().is_none_or(|namespace| *namespace == key.namespace)
+    }
+}
+
+impl ClusterState {
+    /// A state for watches with these scopes, indexed by [`WatchId`].
+    pub fn new(scopes: Vec<WatchScope>) -> Self {
+        Self { scopes, ..Self::default() }
+    }
+
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// Whether every watch has completed its first list.
+    pub fn synced(&self) -> bool {
+        self.synced.len() >= self.scopes.len()
+    }
+
+    /// Applies one watch event.
+    pub fn apply(&mut self, event: WatchEvent) -> Effect {
+        match event.event {
+            Event::Apply(mut object) => {
+                trim(&mut object);
+                self.upsert(object)
+            }
+            Event::Delete(object) => self.delete(&object),
+            Event::Init => {
+                self.relists.insert(event.watch, Vec::new());
+                Effect::default()
+            }
+            Event::InitApply(mut object) => {
+                trim(&mut object);
+                self.relists.entry(event.watch).or_default().push(object);
+                Effect::default()
+            }
+            Event::InitDone => {
+                self.synced.insert(event.watch);
+                let objects = self.relists.remove(&event.watch).unwrap_or_default();
+                self.replace_listed(event.watch, objects)
+            }
+        }
+    }
+
+    /// The ready endpoints of a Service's slices for one port name.
+    pub fn endpoints_of(&self, service: &ObjectKey, port_name: Option<&str>) -> EndpointSet {
+        let keys = self.slices_by_service.get(service);
+        let slices = keys.into_iter().flatten().filter_map(|key| self.snapshot.endpoint_slices.get(key));
+        ready_endpoints(slices, port_name)
+    }
+
+    fn upsert(&mut self, object: KubeObject) -> Effect {
+        let key = ObjectKey::of(object.metadata());
+        match object {
+            KubeObject::EndpointSlice(slice) => {
+                if self.snapshot.endpoint_slices.get(&key) == Some(&slice) {
+                    return Effect::default();
+                }
+                let mut services = self.unindex_slice(&key);
+                if let Some(service) = service_of(&key, &slice) {
+                    self.slices_by_service.entry(service.clone()).or_default().insert(key.clone());
+                    services.insert(service);
+                }
+                self.snapshot.endpoint_slices.insert(key, slice);
+                Effect { services, ..Effect::default() }
+            }
+            KubeObject::Ingress(ingress) => {
+                let previous = self.snapshot.ingresses.insert(key, ingress.clone());
+                match previous {
+                    Some(previous) if previous == ingress => Effect::default(),
+                    Some(previous) if previous.spec == ingress.spec && previous.metadata == ingress.metadata => Effect {
+                        ingress_status: true,
+                        ..Effect::default()
+                    },
+                    _ => recompile(),
+                }
+            }
+            other => {
+                let changed = !self.contains_equal(&other);
+                self.snapshot.insert(other);
+                if changed {
+                    recompile()
+                } else {
+                    Effect::default()
+                }
+            }
+        }
+    }
+
+    fn delete(&mut self, object: &KubeObject) -> Effect {
+        self.remove(object.kind(), &ObjectKey::of(object.metadata()))
+    }
+
+    fn remove(&mut self, kind: &str, key: &ObjectKey) -> Effect {
+        let snapshot = &mut self.snapshot;
+        let removed = match kind {
+            "EndpointSlice" => {
+                let services = self.unindex_slice(key);
+                self.snapshot.endpoint_slices.remove(key);
+                return Effect { services, ..Effect::default() };
+            }
+            "Ingress" => snapshot.ingresses.remove(key).is_some(),
+            "IngressClass" => snapshot.ingress_classes.remove(&key.name).is_some(),
+            "Service" => snapshot.services.remove(key).is_some(),
+            "Secret" => snapshot.secrets.remove(key).is_some(),
+            _ => false,
+        };
+        if removed {
+            recompile()
+        } else {
+            Effect::default()
+        }
+    }
+
+    /// Replaces every object of the watch's kind and scope with a completed list: objects gone
+    /// from the list are removed, the rest upserted, so only real differences have an effect.
+    fn replace_listed(&mut self, watch: WatchId, objects: Vec<KubeObject>) -> Effect {
+        let Some(scope) = self.scopes.get(watch.0).cloned() else {
+            return Effect::default();
+        };
+        let listed: BTreeSet<ObjectKey> = objects.iter().map(|o| ObjectKey::of(o.metadata())).collect();
+        let stale: Vec<ObjectKey> = self.keys_of(scope.kind).filter(|key| scope.covers(key) && !listed.contains(key)).collect();
+        let mut effect = Effect::default();
+        for key in stale {
+            effect.merge(self.remove(scope.kind, &key));
+        }
+        for object in objects {
+            effect.merge(self.upsert(object));
+        }
+        effect
+    }
+
+    fn keys_of(&self, kind: &str) -> Box<dyn Iterator<Item = ObjectKey> + '_> {
+        let snapshot = &self.snapshot;
+        match kind {
+            "Ingress" => Box::new(snapshot.ingresses.keys().cloned()),
+            "IngressClass" => Box::new(snapshot.ingress_classes.values().map(|class| ObjectKey::of(&class.metadata))),
+            "Service" => Box::new(snapshot.services.keys().cloned()),
+            "EndpointSlice" => Box::new(snapshot.endpoint_slices.keys().cloned()),
+            "Secret" => Box::new(snapshot.secrets.keys().cloned()),
+            _ => Box::new(std::iter::empty()),
+        }
+    }
+
+    fn contains_equal(&self, object: &KubeObject) -> bool {
+        let key = ObjectKey::of(object.metadata());
+        match object {
+            KubeObject::IngressClass(o) => self.snapshot.ingress_classes.get(&key.name) == Some(o),
+            KubeObject::Service(o) => self.snapshot.services.get(&key) == Some(o),
+            KubeObject::Secret(o) => self.snapshot.secrets.get(&key) == Some(o),
+            KubeObject::Ingress(o) => self.snapshot.ingresses.get(&key) == Some(o),
+            KubeObject::EndpointSlice(o) => self.snapshot.endpoint_slices.get(&key) == Some(o),
+        }
+    }
+
+    /// Removes a slice from the index; returns the Service it belonged to.
+    fn unindex_slice(&mut self, key: &ObjectKey) -> BTreeSet<ObjectKey> {
+        let mut services = BTreeSet::new();
+        if let Some(service) = self.snapshot.endpoint_slices.get(key).and_then(|old| service_of(key, old)) {
+            if let Some(slices) = self.slices_by_service.get_mut(&service) {
+                slices.remove(key);
+                if slices.is_empty() {
+                    self.slices_by_service.remove(&service);
+                }
+            }
+            services.insert(service);
+        }
+        services
+    }
+}
+
+fn recompile() -> Effect {
+    Effect { recompile: true, ..Effect::default() }
+}
+
+/// The Service an EndpointSlice belongs to, from its `kubernetes.io/service-name` label.
+fn service_of(key: &ObjectKey, slice: &k8s_openapi::api::discovery::v1::EndpointSlice) -> Option<ObjectKey> {
+    let name = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    Some(ObjectKey::new(&key.namespace, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use sluice_config::{parse_manifest, Document, Format};
+
+    fn object(yaml: &str) -> KubeObject {
+        match parse_manifest(yaml, Format::Yaml).unwrap().remove(0) {
+            Document::Object(object) => object,
+            Document::Skipped { kind, .. } => panic!("unexpected kind {kind}"),
+        }
+    }
+
+    fn slice(name: &str, service: &str, ips: &[&str]) -> KubeObject {
+        let endpoints: Vec<String> = ips.iter().map(|ip| format!("{{addresses: [{ip}]}}")).collect();
+        object(&format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}, namespace: shop, resourceVersion: \"7\", labels: {{kubernetes.io/service-name: {service}}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints: [{}]\n",
+            endpoints.join(", ")
+        ))
+    }
+
+    fn ingress(status_ip: Option<&str>) -> KubeObject {
+        let status = status_ip.map(|ip| format!("status: {{loadBalancer: {{ingress: [{{ip: {ip}}}]}}}}\n")).unwrap_or_default();
+        object(&format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web, namespace: shop}}\nspec: {{ingressClassName: sluice}}\n{status}"
+        ))
+    }
+
+    fn event(watch: usize, event: Event<KubeObject>) -> WatchEvent {
+        WatchEvent { watch: WatchId(watch), event, received: Instant::now() }
+    }
+
+    fn state() -> ClusterState {
+        ClusterState::new(vec![
+            WatchScope { kind: "EndpointSlice", namespace: None },
+            WatchScope { kind: "Ingress", namespace: Some("shop".into()) },
+        ])
+    }
+
+    fn list(state: &mut ClusterState, watch: usize, objects: Vec<KubeObject>) -> Effect {
+        let mut effect = state.apply(event(watch, Event::Init));
+        for object in objects {
+            effect.merge(state.apply(event(watch, Event::InitApply(object))));
+        }
+        effect.merge(state.apply(event(watch, Event::InitDone)));
+        effect
+    }
+
+    fn web() -> ObjectKey {
+        ObjectKey::new("shop", "web")
+    }
+
+    #[test]
+    fn a_slice_change_names_its_service_and_nothing_else() {
+        let mut state = state();
+        list(&mut state, 0, vec![slice("web-a", "web", &["10.0.0.1"])]);
+        let effect = state.apply(event(0, Event::Apply(slice("web-a", "web", &["10.0.0.1", "10.0.0.2"]))));
+        assert_eq!(effect, Effect { services: [web()].into(), ..Effect::default() });
+        assert_eq!(state.endpoints_of(&web(), Some("http")).len(), 2);
+        let again = state.apply(event(0, Event::Apply(slice("web-a", "web", &["10.0.0.1", "10.0.0.2"]))));
+        assert!(again.is_empty(), "an unchanged slice has no effect");
+    }
+
+    #[test]
+    fn slices_merge_per_service_and_deletes_are_seen() {
+        let mut state = state();
+        list(&mut state, 0, vec![slice("web-a", "web", &["10.0.0.1"]), slice("web-b", "web", &["10.0.0.2"]), slice("api-a", "api", &["10.0.0.9"])]);
+        assert_eq!(state.endpoints_of(&web(), Some("http")).len(), 2);
+        let effect = state.apply(event(0, Event::Delete(slice("web-b", "web", &[]))));
+        assert_eq!(effect.services, [web()].into());
+        assert_eq!(state.endpoints_of(&web(), Some("http")).len(), 1);
+    }
+
+    #[test]
+    fn a_relist_with_the_same_objects_changes_nothing() {
+        let mut state = state();
+        list(&mut state, 0, vec![slice("web-a", "web", &["10.0.0.1"])]);
+        list(&mut state, 1, vec![ingress(None)]);
+        assert!(state.synced());
+        assert!(list(&mut state, 0, vec![slice("web-a", "web", &["10.0.0.1"])]).is_empty());
+        assert!(list(&mut state, 1, vec![ingress(None)]).is_empty());
+    }
+
+    #[test]
+    fn objects_stay_in_place_until_the_relist_completes_and_missing_ones_then_go() {
+        let mut state = state();
+        list(&mut state, 0, vec![slice("web-a", "web", &["10.0.0.1"]), slice("web-b", "web", &["10.0.0.2"])]);
+        state.apply(event(0, Event::Init));
+        state.apply(event(0, Event::InitApply(slice("web-a", "web", &["10.0.0.1"]))));
+        assert_eq!(state.endpoints_of(&web(), Some("http")).len(), 2, "no gap while re-listing");
+        let effect = state.apply(event(0, Event::InitDone));
+        assert_eq!(effect.services, [web()].into());
+        assert_eq!(state.endpoints_of(&web(), Some("http")).len(), 1);
+    }
+
+    #[test]
+    fn a_status_only_change_does_not_recompile() {
+        let mut state = state();
+        list(&mut state, 1, vec![ingress(None)]);
+        let effect = state.apply(event(1, Event::Apply(ingress(Some("10.96.0.7")))));
+        assert_eq!(effect, Effect { ingress_status: true, ..Effect::default() });
+        let mut changed = ingress(Some("10.96.0.7"));
+        if let KubeObject::Ingress(i) = &mut changed {
+            i.spec.as_mut().unwrap().ingress_class_name = Some("other".into());
+        }
+        assert!(state.apply(event(1, Event::Apply(changed))).recompile);
+    }
+
+    #[test]
+    fn not_synced_until_every_watch_listed_once() {
+        let mut state = state();
+        list(&mut state, 0, vec![]);
+        assert!(!state.synced());
+        list(&mut state, 1, vec![]);
+        assert!(state.synced());
+    }
+}
