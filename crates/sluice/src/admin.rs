@@ -1,17 +1,18 @@
-//! The admin listener: liveness, readiness and the route table with its diagnostics as JSON.
+//! The admin listener: liveness, readiness, metrics, and the route table and control-plane status as JSON.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use serde::Serialize;
-use sluice_config::Diagnostic;
+use sluice_config::{Diagnostic, Severity};
 use sluice_routing::TableView;
+use sluice_sources::kubernetes::WatchReport;
 
-use crate::control::ControlPlane;
+use crate::control::{Activity, ControlPlane};
 
 /// `GET /api/routes`: the table and every diagnostic.
 #[derive(Serialize)]
@@ -21,6 +22,20 @@ struct RoutesResponse<'a> {
     #[serde(flatten)]
     table: TableView,
     diagnostics: &'a [Diagnostic],
+}
+
+/// `GET /api/status`: readiness, the watches' states and the latest compile and propagation.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusResponse {
+    ready: bool,
+    generation: u64,
+    /// `null` when serving from a manifest directory.
+    watches: Option<Vec<WatchReport>>,
+    #[serde(flatten)]
+    activity: Activity,
+    errors: usize,
+    warnings: usize,
 }
 
 /// Answers one admin request.
@@ -39,42 +54,75 @@ pub async fn handle(
             "not ready: no configuration published yet\n",
         ),
         "/api/routes" => routes(&control),
+        "/api/status" => status(&control),
+        "/metrics" => metrics(&control),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /healthz, /readyz or /api/routes\n",
+            "not found; try /healthz, /readyz, /metrics, /api/routes or /api/status\n",
         ),
     }
 }
 
 fn routes(control: &ControlPlane) -> Response<Full<Bytes>> {
     let status = control.status();
-    let body = RoutesResponse {
+    json(&RoutesResponse {
         generation: status.generation,
         table: TableView::of(&control.table().load()),
         diagnostics: &status.diagnostics,
+    })
+}
+
+fn status(control: &ControlPlane) -> Response<Full<Bytes>> {
+    let status = control.status();
+    let count = |severity| {
+        status
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == severity)
+            .count()
     };
-    match serde_json::to_vec_pretty(&body) {
-        Ok(json) => {
-            let mut response = Response::new(Full::new(Bytes::from(json)));
-            response.headers_mut().insert(
-                CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-            response
-        }
+    json(&StatusResponse {
+        ready: control.is_ready(),
+        generation: status.generation,
+        watches: control.watch_reports(),
+        activity: control.activity(),
+        errors: count(Severity::Error),
+        warnings: count(Severity::Warning),
+    })
+}
+
+fn metrics(control: &ControlPlane) -> Response<Full<Bytes>> {
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    with_type(
+        Bytes::from(control.metrics().encode()),
+        StatusCode::OK,
+        content_type,
+    )
+}
+
+fn json(body: &impl Serialize) -> Response<Full<Bytes>> {
+    match serde_json::to_vec_pretty(body) {
+        Ok(json) => with_type(Bytes::from(json), StatusCode::OK, "application/json"),
         Err(error) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("cannot render routes: {error}\n"),
+            &format!("cannot render JSON: {error}\n"),
         ),
     }
 }
 
 fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+    with_type(
+        Bytes::copy_from_slice(body.as_bytes()),
+        status,
+        "text/plain; charset=utf-8",
+    )
+}
+
+fn with_type(body: Bytes, status: StatusCode, content_type: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }

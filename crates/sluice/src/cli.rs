@@ -4,11 +4,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
-use sluice_config::CompileOptions;
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use sluice_config::{CompileOptions, ObjectKey};
 use sluice_proxy::UpstreamOptions;
 
-use crate::serve::ServeConfig;
+use sluice_sources::kubernetes::PublishTarget;
+
+use crate::kube_source::{KubeConfig, LeaderElection};
+use crate::serve::{ServeConfig, SourceConfig};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -24,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve Ingress routes from Kubernetes manifests in a directory, reloading on change.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Parse and compile manifests, print the route table and every diagnostic; exit 1 on errors.
     Check(CheckArgs),
     /// Run a complete example: three demo pods, a ClusterIP, manifests, and sluice on 127.0.0.1:8080.
@@ -75,14 +78,20 @@ impl ProxyArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["manifests", "kubernetes"])))]
 pub struct ServeArgs {
     /// Directory of Kubernetes manifests (*.yaml, *.yml, *.json), watched for changes.
     #[arg(long, value_name = "DIR")]
-    pub manifests: PathBuf,
+    pub manifests: Option<PathBuf>,
+    /// Watch the Kubernetes API (in-cluster config, else --kubeconfig, else KUBECONFIG).
+    #[arg(long)]
+    pub kubernetes: bool,
+    #[command(flatten)]
+    pub kube: KubeArgs,
     /// Address the proxy listens on.
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// Address of the admin listener (/healthz, /readyz, /api/routes).
+    /// Address of the admin listener (/healthz, /readyz, /metrics, /api/routes, /api/status).
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
     pub admin: SocketAddr,
     #[command(flatten)]
@@ -91,13 +100,96 @@ pub struct ServeArgs {
     pub proxy: ProxyArgs,
 }
 
+/// Flags of the Kubernetes source.
+#[derive(Debug, Args)]
+pub struct KubeArgs {
+    /// Kubeconfig file to use instead of the in-cluster or default configuration.
+    #[arg(long, value_name = "PATH", conflicts_with = "manifests")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Watch only this namespace (repeat for several); all namespaces by default.
+    #[arg(long = "namespace", value_name = "NS", conflicts_with = "manifests")]
+    pub namespaces: Vec<String>,
+    /// Write this Service's load-balancer address (else its ClusterIP) into served Ingresses' status.
+    #[arg(long, value_name = "NS/NAME", conflicts_with = "manifests", value_parser = parse_object_key)]
+    pub publish_service: Option<ObjectKey>,
+    /// Write this IP or hostname into served Ingresses' status.
+    #[arg(
+        long,
+        value_name = "IP|HOSTNAME",
+        conflicts_with = "manifests",
+        conflicts_with = "publish_service"
+    )]
+    pub publish_address: Option<String>,
+    /// Write status only while holding a coordination.k8s.io Lease (for several replicas).
+    #[arg(long, conflicts_with = "manifests")]
+    pub leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "sluice-leader", value_name = "NAME")]
+    pub leader_elect_lease: String,
+    /// Namespace of the leader-election Lease.
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "default",
+        value_name = "NS"
+    )]
+    pub leader_elect_namespace: String,
+    /// This replica's identity in the election (defaults to the pod name, else the host name).
+    #[arg(long, env = "POD_NAME", value_name = "ID")]
+    pub leader_elect_identity: Option<String>,
+}
+
+fn parse_object_key(text: &str) -> Result<ObjectKey, String> {
+    match text.split_once('/') {
+        Some((namespace, name))
+            if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+        {
+            Ok(ObjectKey::new(namespace, name))
+        }
+        _ => Err(format!("{text:?} is not NAMESPACE/NAME")),
+    }
+}
+
+impl KubeArgs {
+    fn into_config(self) -> KubeConfig {
+        let publish = match (self.publish_service, self.publish_address) {
+            (Some(service), _) => Some(PublishTarget::Service(service)),
+            (None, Some(address)) => Some(PublishTarget::Address(address)),
+            (None, None) => None,
+        };
+        let identity = self.leader_elect_identity.unwrap_or_else(host_name);
+        KubeConfig {
+            kubeconfig: self.kubeconfig,
+            namespaces: self.namespaces,
+            publish,
+            leader_election: self.leader_elect.then_some(LeaderElection {
+                lease: self.leader_elect_lease,
+                namespace: self.leader_elect_namespace,
+                identity,
+            }),
+        }
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| format!("sluice-{}", std::process::id()))
+}
+
 impl ServeArgs {
     pub fn into_config(self) -> ServeConfig {
+        let source = match self.manifests {
+            Some(dir) => SourceConfig::Manifests(dir),
+            None => SourceConfig::Kubernetes(self.kube.into_config()),
+        };
         ServeConfig {
             compile: self.class.compile_options(),
             upstream: self.proxy.upstream_options(),
             drain_timeout: self.proxy.drain_timeout,
-            manifests: self.manifests,
+            source,
             listen: self.listen,
             admin: self.admin,
         }
@@ -144,5 +236,65 @@ mod tests {
         assert_eq!(args.listen, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(args.admin, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(args.class.ingress_class, "sluice");
+    }
+
+    #[test]
+    fn serve_needs_exactly_one_source() {
+        assert!(Cli::try_parse_from(["sluice", "serve"]).is_err());
+        assert!(
+            Cli::try_parse_from(["sluice", "serve", "--manifests", "d", "--kubernetes"]).is_err()
+        );
+        assert!(
+            Cli::try_parse_from(["sluice", "serve", "--manifests", "d", "--namespace", "a"])
+                .is_err(),
+            "--namespace needs --kubernetes"
+        );
+        assert!(Cli::try_parse_from([
+            "sluice",
+            "serve",
+            "--kubernetes",
+            "--namespace",
+            "a",
+            "--namespace",
+            "b"
+        ])
+        .is_ok());
+    }
+
+    #[test]
+    fn publish_service_must_be_namespace_slash_name() {
+        assert!(Cli::try_parse_from([
+            "sluice",
+            "serve",
+            "--kubernetes",
+            "--publish-service",
+            "just-a-name"
+        ])
+        .is_err());
+        let cli = Cli::parse_from([
+            "sluice",
+            "serve",
+            "--kubernetes",
+            "--publish-service",
+            "sluice-system/sluice",
+            "--leader-elect",
+        ]);
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        let SourceConfig::Kubernetes(kube) = args.into_config().source else {
+            panic!("not kubernetes")
+        };
+        assert_eq!(
+            kube.publish,
+            Some(PublishTarget::Service(ObjectKey::new(
+                "sluice-system",
+                "sluice"
+            )))
+        );
+        assert_eq!(
+            kube.leader_election.map(|l| l.lease).as_deref(),
+            Some("sluice-leader")
+        );
     }
 }

@@ -1,22 +1,64 @@
-//! The control loop's state: compile each load, publish the table when it changed, and keep the diagnostics for the admin API.
+//! The control plane's state: compile snapshots, publish the table when it changed, swap endpoint cells, and keep what the admin API reports.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
-use sluice_config::{compile, CompileOptions, Diagnostic, Severity};
+use sluice_config::{
+    compile, CompileOptions, Diagnostic, EndpointSources, ObjectKey, Severity, Snapshot,
+};
 use sluice_proxy::TableHandle;
+use sluice_routing::{BackendId, EndpointSet};
+use sluice_sources::kubernetes::{WatchRegistry, WatchReport};
 use sluice_sources::Load;
+
+use crate::metrics::Metrics;
 
 /// What the admin API reports next to the table.
 #[derive(Debug, Default, Serialize)]
 pub struct Status {
-    /// Compile diagnostics and file errors of the latest load.
+    /// Compile diagnostics and file errors of the latest compile.
     pub diagnostics: Vec<Diagnostic>,
     /// How many tables have been published.
     pub generation: u64,
+}
+
+/// When something last happened and how long it took.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timing {
+    pub seconds: f64,
+    /// RFC 3339.
+    pub at: String,
+}
+
+/// The latest endpoint propagation: from watch event to endpoint cells swapped.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Propagation {
+    #[serde(flatten)]
+    pub timing: Timing,
+    /// Backends whose endpoint set changed.
+    pub backends: usize,
+}
+
+/// Recent control-plane activity for `/api/status`.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Activity {
+    pub last_compile: Option<Timing>,
+    pub last_propagation: Option<Propagation>,
+    pub propagations: u64,
+}
+
+/// What a publish tells the source loop for the fast endpoint path and status writes.
+#[derive(Debug, Default)]
+pub struct Published {
+    pub endpoint_sources: EndpointSources,
+    pub served: Vec<ObjectKey>,
 }
 
 /// Owns the published table and the latest status. One per process.
@@ -26,16 +68,22 @@ pub struct ControlPlane {
     status: ArcSwap<Status>,
     generation: AtomicU64,
     ready: AtomicBool,
+    metrics: Arc<Metrics>,
+    activity: Mutex<Activity>,
+    watches: OnceLock<Arc<WatchRegistry>>,
 }
 
 impl ControlPlane {
-    pub fn new(options: CompileOptions) -> Arc<Self> {
+    pub fn new(options: CompileOptions, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             table: TableHandle::default(),
             options,
             status: ArcSwap::from_pointee(Status::default()),
             generation: AtomicU64::new(0),
             ready: AtomicBool::new(false),
+            metrics,
+            activity: Mutex::new(Activity::default()),
+            watches: OnceLock::new(),
         })
     }
 
@@ -47,22 +95,60 @@ impl ControlPlane {
         self.status.load_full()
     }
 
-    /// True once the first table has been published.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn activity(&self) -> Activity {
+        self.activity.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    /// The Kubernetes watches' states, when the source is the Kubernetes API.
+    pub fn watch_reports(&self) -> Option<Vec<WatchReport>> {
+        self.watches.get().map(|registry| registry.reports())
+    }
+
+    pub fn set_watches(&self, registry: Arc<WatchRegistry>) {
+        let _ = self.watches.set(registry);
+    }
+
+    /// True once the first table has been published; stays true.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
 
-    /// Compiles a load and publishes the table if it differs from the one serving now.
+    /// Compiles a manifest-directory load and publishes it.
     pub fn apply(&self, load: Load) {
-        let compiled = compile(&load.snapshot, &self.options);
-        let mut diagnostics = load.diagnostics("; the file's last good content stays in use");
+        self.publish_snapshot(
+            &load.snapshot,
+            load.diagnostics("; the file's last good content stays in use"),
+        );
+    }
+
+    /// Compiles a snapshot and publishes the table if it differs from the one serving now.
+    /// `diagnostics` (e.g. file errors) are reported before the compile's own.
+    pub fn publish_snapshot(
+        &self,
+        snapshot: &Snapshot,
+        mut diagnostics: Vec<Diagnostic>,
+    ) -> Published {
+        let started = Instant::now();
+        let compiled = compile(snapshot, &self.options);
+        let elapsed = started.elapsed();
+        self.metrics.compile.observe(elapsed.as_secs_f64());
+        self.record(|activity| activity.last_compile = Some(timing(elapsed.as_secs_f64())));
         diagnostics.extend(compiled.diagnostics);
         self.log_new(&diagnostics);
         let changed = !self.is_ready() || *self.table.load() != compiled.table;
         if changed {
             self.table.publish(compiled.table);
+            self.metrics.publishes.inc();
             let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
-            tracing::info!(generation, files = load.files, "published routing table");
+            tracing::info!(
+                generation,
+                compile_ms = elapsed.as_secs_f64() * 1e3,
+                "published routing table"
+            );
         }
         let generation = self.generation.load(Ordering::Acquire);
         self.status.store(Arc::new(Status {
@@ -70,9 +156,45 @@ impl ControlPlane {
             generation,
         }));
         self.ready.store(true, Ordering::Release);
+        Published {
+            endpoint_sources: compiled.endpoint_sources,
+            served: compiled.served,
+        }
     }
 
-    /// Logs diagnostics that the previous load did not already report.
+    /// Swaps one backend's endpoint cell in the serving table, if the set changed. No recompile.
+    pub fn update_endpoints(&self, backend: &BackendId, endpoints: EndpointSet) -> bool {
+        let table = self.table.load();
+        let Some(backend) = table.backend_by_id(backend) else {
+            return false;
+        };
+        if *backend.endpoints().load() == endpoints {
+            return false;
+        }
+        backend.endpoints().store(endpoints);
+        true
+    }
+
+    /// Records one propagation: from the watch event's receipt until now.
+    pub fn record_propagation(&self, received: Instant, backends: usize) {
+        let seconds = received.elapsed().as_secs_f64();
+        self.metrics.endpoint_propagation.observe(seconds);
+        self.record(|activity| {
+            activity.last_propagation = Some(Propagation {
+                timing: timing(seconds),
+                backends,
+            });
+            activity.propagations += 1;
+        });
+    }
+
+    fn record(&self, update: impl FnOnce(&mut Activity)) {
+        if let Ok(mut activity) = self.activity.lock() {
+            update(&mut activity);
+        }
+    }
+
+    /// Logs diagnostics that the previous compile did not already report.
     fn log_new(&self, diagnostics: &[Diagnostic]) {
         let previous = self.status.load();
         let seen: BTreeSet<&Diagnostic> = previous.diagnostics.iter().collect();
@@ -83,5 +205,12 @@ impl ControlPlane {
                 Severity::Info => tracing::info!("{diagnostic}"),
             }
         }
+    }
+}
+
+fn timing(seconds: f64) -> Timing {
+    Timing {
+        seconds,
+        at: k8s_openapi::jiff::Timestamp::now().to_string(),
     }
 }

@@ -10,7 +10,7 @@ use sluice_proxy::UpstreamOptions;
 use sluice_testkit::EchoBackend;
 
 use crate::cli::DemoArgs;
-use crate::serve::{shutdown_on_signal, ServeConfig, Server};
+use crate::serve::{shutdown_on_signal, ServeConfig, Server, SourceConfig};
 
 /// The manifests in examples/demo/, with `{{POD_PORT}}`, `{{CLUSTER_IP}}` and `{{CLUSTER_PORT}}`
 /// left for the demo to fill in.
@@ -52,7 +52,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     write_manifests(dir.path(), pod_port, cluster_ip.addr())?;
 
     let config = ServeConfig {
-        manifests: dir.path().to_owned(),
+        source: SourceConfig::Manifests(dir.path().to_owned()),
         listen: args.listen,
         admin: args.admin,
         compile: CompileOptions::default(),

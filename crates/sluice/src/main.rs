@@ -5,6 +5,8 @@ mod check;
 mod cli;
 mod control;
 mod demo;
+mod kube_source;
+mod metrics;
 mod serve;
 
 use clap::Parser;

@@ -1,4 +1,4 @@
-//! `sluice serve`: bind the listeners, load and watch the manifests, and run proxy, admin and reload loop until shutdown.
+//! `sluice serve`: bind the listeners, start the source (manifest directory or Kubernetes API), and run proxy, admin and source loop until shutdown.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,11 +13,22 @@ use tokio::net::TcpListener;
 
 use crate::admin;
 use crate::control::ControlPlane;
+use crate::kube_source::{self, KubeConfig, KubeSource};
+use crate::metrics::Metrics;
+
+/// Where the snapshot comes from.
+#[derive(Debug, Clone)]
+pub enum SourceConfig {
+    /// `--manifests DIR`
+    Manifests(PathBuf),
+    /// `--kubernetes`
+    Kubernetes(KubeConfig),
+}
 
 /// Everything `serve` needs, from the command line.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
-    pub manifests: PathBuf,
+    pub source: SourceConfig,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub compile: CompileOptions,
@@ -25,19 +36,29 @@ pub struct ServeConfig {
     pub drain_timeout: Duration,
 }
 
-/// A server whose listeners are bound and whose first table is published, ready to run.
+/// A started source, ready to loop.
+enum Source {
+    Manifests {
+        source: ManifestDir,
+        changes: DirChanges,
+    },
+    Kubernetes(Box<KubeSource>),
+}
+
+/// A server whose listeners are bound and whose source has started, ready to run.
 pub struct Server {
     config: ServeConfig,
     control: Arc<ControlPlane>,
-    source: ManifestDir,
-    changes: DirChanges,
+    source: Source,
     proxy_listener: TcpListener,
     admin_listener: TcpListener,
 }
 
 impl Server {
-    /// Binds both listeners and publishes the first table. Fails if an address is taken or the
-    /// manifest directory cannot be read.
+    /// Binds both listeners and starts the source: a manifest directory is read and its first
+    /// table published; the Kubernetes watches start and publish once they have listed. Fails if
+    /// an address is taken, the directory cannot be read, or the Kubernetes client cannot be
+    /// configured.
     pub async fn bind(config: ServeConfig) -> anyhow::Result<Self> {
         let proxy_listener = TcpListener::bind(config.listen)
             .await
@@ -45,15 +66,27 @@ impl Server {
         let admin_listener = TcpListener::bind(config.admin)
             .await
             .with_context(|| format!("cannot listen on {} (--admin)", config.admin))?;
-        let changes = watch_dir(&config.manifests)?;
-        let mut source = ManifestDir::new(&config.manifests);
-        let control = ControlPlane::new(config.compile.clone());
-        control.apply(source.load()?);
+        let control = ControlPlane::new(config.compile.clone(), Arc::new(Metrics::new()));
+        let source = match &config.source {
+            SourceConfig::Manifests(dir) => {
+                let changes = watch_dir(dir)?;
+                let mut source = ManifestDir::new(dir);
+                control.apply(source.load()?);
+                Source::Manifests { source, changes }
+            }
+            SourceConfig::Kubernetes(kube) => {
+                let client = kube_source::client(kube).await?;
+                Source::Kubernetes(Box::new(KubeSource::start(
+                    client,
+                    kube.clone(),
+                    &control,
+                )))
+            }
+        };
         Ok(Self {
             config,
             control,
             source,
-            changes,
             proxy_listener,
             admin_listener,
         })
@@ -65,11 +98,10 @@ impl Server {
             config,
             control,
             source,
-            changes,
             proxy_listener,
             admin_listener,
         } = self;
-        tracing::info!(listen = %config.listen, admin = %config.admin, manifests = %config.manifests.display(), "sluice is serving");
+        tracing::info!(listen = %config.listen, admin = %config.admin, "sluice is serving");
         let proxy = Arc::new(Proxy::new(control.table().clone(), &config.upstream));
         let proxy_handler = move |request, client| {
             let proxy = proxy.clone();
@@ -89,7 +121,12 @@ impl Server {
             shutdown.clone(),
             config.drain_timeout,
         ));
-        reload_until_shutdown(source, changes, &control, shutdown).await;
+        match source {
+            Source::Manifests { source, changes } => {
+                reload_until_shutdown(source, changes, &control, shutdown).await
+            }
+            Source::Kubernetes(source) => source.run(control.clone(), shutdown).await,
+        }
         proxy_task.await.context("proxy listener task failed")?;
         admin_task.await.context("admin listener task failed")?;
         tracing::info!("sluice stopped");

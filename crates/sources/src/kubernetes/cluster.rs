@@ -58,14 +58,19 @@ pub struct WatchScope {
 
 impl WatchScope {
     fn covers(&self, key: &ObjectKey) -> bool {
-        self.namespace.as_ref().is_none_or(|namespace| *namespace == key.namespace)
+        self.namespace
+            .as_ref()
+            .is_none_or(|namespace| *namespace == key.namespace)
     }
 }
 
 impl ClusterState {
     /// A state for watches with these scopes, indexed by [`WatchId`].
     pub fn new(scopes: Vec<WatchScope>) -> Self {
-        Self { scopes, ..Self::default() }
+        Self {
+            scopes,
+            ..Self::default()
+        }
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -105,7 +110,10 @@ impl ClusterState {
     /// The ready endpoints of a Service's slices for one port name.
     pub fn endpoints_of(&self, service: &ObjectKey, port_name: Option<&str>) -> EndpointSet {
         let keys = self.slices_by_service.get(service);
-        let slices = keys.into_iter().flatten().filter_map(|key| self.snapshot.endpoint_slices.get(key));
+        let slices = keys
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.snapshot.endpoint_slices.get(key));
         ready_endpoints(slices, port_name)
     }
 
@@ -118,20 +126,31 @@ impl ClusterState {
                 }
                 let mut services = self.unindex_slice(&key);
                 if let Some(service) = service_of(&key, &slice) {
-                    self.slices_by_service.entry(service.clone()).or_default().insert(key.clone());
+                    self.slices_by_service
+                        .entry(service.clone())
+                        .or_default()
+                        .insert(key.clone());
                     services.insert(service);
                 }
                 self.snapshot.endpoint_slices.insert(key, slice);
-                Effect { services, ..Effect::default() }
+                Effect {
+                    services,
+                    ..Effect::default()
+                }
             }
             KubeObject::Ingress(ingress) => {
                 let previous = self.snapshot.ingresses.insert(key, ingress.clone());
                 match previous {
                     Some(previous) if previous == ingress => Effect::default(),
-                    Some(previous) if previous.spec == ingress.spec && previous.metadata == ingress.metadata => Effect {
-                        ingress_status: true,
-                        ..Effect::default()
-                    },
+                    Some(previous)
+                        if previous.spec == ingress.spec
+                            && previous.metadata == ingress.metadata =>
+                    {
+                        Effect {
+                            ingress_status: true,
+                            ..Effect::default()
+                        }
+                    }
                     _ => recompile(),
                 }
             }
@@ -157,7 +176,10 @@ impl ClusterState {
             "EndpointSlice" => {
                 let services = self.unindex_slice(key);
                 self.snapshot.endpoint_slices.remove(key);
-                return Effect { services, ..Effect::default() };
+                return Effect {
+                    services,
+                    ..Effect::default()
+                };
             }
             "Ingress" => snapshot.ingresses.remove(key).is_some(),
             "IngressClass" => snapshot.ingress_classes.remove(&key.name).is_some(),
@@ -178,8 +200,14 @@ impl ClusterState {
         let Some(scope) = self.scopes.get(watch.0).cloned() else {
             return Effect::default();
         };
-        let listed: BTreeSet<ObjectKey> = objects.iter().map(|o| ObjectKey::of(o.metadata())).collect();
-        let stale: Vec<ObjectKey> = self.keys_of(scope.kind).filter(|key| scope.covers(key) && !listed.contains(key)).collect();
+        let listed: BTreeSet<ObjectKey> = objects
+            .iter()
+            .map(|o| ObjectKey::of(o.metadata()))
+            .collect();
+        let stale: Vec<ObjectKey> = self
+            .keys_of(scope.kind)
+            .filter(|key| scope.covers(key) && !listed.contains(key))
+            .collect();
         let mut effect = Effect::default();
         for key in stale {
             effect.merge(self.remove(scope.kind, &key));
@@ -194,7 +222,12 @@ impl ClusterState {
         let snapshot = &self.snapshot;
         match kind {
             "Ingress" => Box::new(snapshot.ingresses.keys().cloned()),
-            "IngressClass" => Box::new(snapshot.ingress_classes.values().map(|class| ObjectKey::of(&class.metadata))),
+            "IngressClass" => Box::new(
+                snapshot
+                    .ingress_classes
+                    .values()
+                    .map(|class| ObjectKey::of(&class.metadata)),
+            ),
             "Service" => Box::new(snapshot.services.keys().cloned()),
             "EndpointSlice" => Box::new(snapshot.endpoint_slices.keys().cloned()),
             "Secret" => Box::new(snapshot.secrets.keys().cloned()),
@@ -216,7 +249,12 @@ impl ClusterState {
     /// Removes a slice from the index; returns the Service it belonged to.
     fn unindex_slice(&mut self, key: &ObjectKey) -> BTreeSet<ObjectKey> {
         let mut services = BTreeSet::new();
-        if let Some(service) = self.snapshot.endpoint_slices.get(key).and_then(|old| service_of(key, old)) {
+        if let Some(service) = self
+            .snapshot
+            .endpoint_slices
+            .get(key)
+            .and_then(|old| service_of(key, old))
+        {
             if let Some(slices) = self.slices_by_service.get_mut(&service) {
                 slices.remove(key);
                 if slices.is_empty() {
@@ -230,11 +268,17 @@ impl ClusterState {
 }
 
 fn recompile() -> Effect {
-    Effect { recompile: true, ..Effect::default() }
+    Effect {
+        recompile: true,
+        ..Effect::default()
+    }
 }
 
 /// The Service an EndpointSlice belongs to, from its `kubernetes.io/service-name` label.
-fn service_of(key: &ObjectKey, slice: &k8s_openapi::api::discovery::v1::EndpointSlice) -> Option<ObjectKey> {
+fn service_of(
+    key: &ObjectKey,
+    slice: &k8s_openapi::api::discovery::v1::EndpointSlice,
+) -> Option<ObjectKey> {
     let name = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
     Some(ObjectKey::new(&key.namespace, name))
 }
@@ -254,7 +298,10 @@ mod tests {
     }
 
     fn slice(name: &str, service: &str, ips: &[&str]) -> KubeObject {
-        let endpoints: Vec<String> = ips.iter().map(|ip| format!("{{addresses: [{ip}]}}")).collect();
+        let endpoints: Vec<String> = ips
+            .iter()
+            .map(|ip| format!("{{addresses: [{ip}]}}"))
+            .collect();
         object(&format!(
             "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}, namespace: shop, resourceVersion: \"7\", labels: {{kubernetes.io/service-name: {service}}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints: [{}]\n",
             endpoints.join(", ")
@@ -262,20 +309,32 @@ mod tests {
     }
 
     fn ingress(status_ip: Option<&str>) -> KubeObject {
-        let status = status_ip.map(|ip| format!("status: {{loadBalancer: {{ingress: [{{ip: {ip}}}]}}}}\n")).unwrap_or_default();
+        let status = status_ip
+            .map(|ip| format!("status: {{loadBalancer: {{ingress: [{{ip: {ip}}}]}}}}\n"))
+            .unwrap_or_default();
         object(&format!(
             "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web, namespace: shop}}\nspec: {{ingressClassName: sluice}}\n{status}"
         ))
     }
 
     fn event(watch: usize, event: Event<KubeObject>) -> WatchEvent {
-        WatchEvent { watch: WatchId(watch), event, received: Instant::now() }
+        WatchEvent {
+            watch: WatchId(watch),
+            event,
+            received: Instant::now(),
+        }
     }
 
     fn state() -> ClusterState {
         ClusterState::new(vec![
-            WatchScope { kind: "EndpointSlice", namespace: None },
-            WatchScope { kind: "Ingress", namespace: Some("shop".into()) },
+            WatchScope {
+                kind: "EndpointSlice",
+                namespace: None,
+            },
+            WatchScope {
+                kind: "Ingress",
+                namespace: Some("shop".into()),
+            },
         ])
     }
 
@@ -296,17 +355,37 @@ mod tests {
     fn a_slice_change_names_its_service_and_nothing_else() {
         let mut state = state();
         list(&mut state, 0, vec![slice("web-a", "web", &["10.0.0.1"])]);
-        let effect = state.apply(event(0, Event::Apply(slice("web-a", "web", &["10.0.0.1", "10.0.0.2"]))));
-        assert_eq!(effect, Effect { services: [web()].into(), ..Effect::default() });
+        let effect = state.apply(event(
+            0,
+            Event::Apply(slice("web-a", "web", &["10.0.0.1", "10.0.0.2"])),
+        ));
+        assert_eq!(
+            effect,
+            Effect {
+                services: [web()].into(),
+                ..Effect::default()
+            }
+        );
         assert_eq!(state.endpoints_of(&web(), Some("http")).len(), 2);
-        let again = state.apply(event(0, Event::Apply(slice("web-a", "web", &["10.0.0.1", "10.0.0.2"]))));
+        let again = state.apply(event(
+            0,
+            Event::Apply(slice("web-a", "web", &["10.0.0.1", "10.0.0.2"])),
+        ));
         assert!(again.is_empty(), "an unchanged slice has no effect");
     }
 
     #[test]
     fn slices_merge_per_service_and_deletes_are_seen() {
         let mut state = state();
-        list(&mut state, 0, vec![slice("web-a", "web", &["10.0.0.1"]), slice("web-b", "web", &["10.0.0.2"]), slice("api-a", "api", &["10.0.0.9"])]);
+        list(
+            &mut state,
+            0,
+            vec![
+                slice("web-a", "web", &["10.0.0.1"]),
+                slice("web-b", "web", &["10.0.0.2"]),
+                slice("api-a", "api", &["10.0.0.9"]),
+            ],
+        );
         assert_eq!(state.endpoints_of(&web(), Some("http")).len(), 2);
         let effect = state.apply(event(0, Event::Delete(slice("web-b", "web", &[]))));
         assert_eq!(effect.services, [web()].into());
@@ -326,10 +405,24 @@ mod tests {
     #[test]
     fn objects_stay_in_place_until_the_relist_completes_and_missing_ones_then_go() {
         let mut state = state();
-        list(&mut state, 0, vec![slice("web-a", "web", &["10.0.0.1"]), slice("web-b", "web", &["10.0.0.2"])]);
+        list(
+            &mut state,
+            0,
+            vec![
+                slice("web-a", "web", &["10.0.0.1"]),
+                slice("web-b", "web", &["10.0.0.2"]),
+            ],
+        );
         state.apply(event(0, Event::Init));
-        state.apply(event(0, Event::InitApply(slice("web-a", "web", &["10.0.0.1"]))));
-        assert_eq!(state.endpoints_of(&web(), Some("http")).len(), 2, "no gap while re-listing");
+        state.apply(event(
+            0,
+            Event::InitApply(slice("web-a", "web", &["10.0.0.1"])),
+        ));
+        assert_eq!(
+            state.endpoints_of(&web(), Some("http")).len(),
+            2,
+            "no gap while re-listing"
+        );
         let effect = state.apply(event(0, Event::InitDone));
         assert_eq!(effect.services, [web()].into());
         assert_eq!(state.endpoints_of(&web(), Some("http")).len(), 1);
@@ -340,7 +433,13 @@ mod tests {
         let mut state = state();
         list(&mut state, 1, vec![ingress(None)]);
         let effect = state.apply(event(1, Event::Apply(ingress(Some("10.96.0.7")))));
-        assert_eq!(effect, Effect { ingress_status: true, ..Effect::default() });
+        assert_eq!(
+            effect,
+            Effect {
+                ingress_status: true,
+                ..Effect::default()
+            }
+        );
         let mut changed = ingress(Some("10.96.0.7"));
         if let KubeObject::Ingress(i) = &mut changed {
             i.spec.as_mut().unwrap().ingress_class_name = Some("other".into());

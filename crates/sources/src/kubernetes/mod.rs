@@ -6,5 +6,8 @@ mod trim;
 mod watch;
 
 pub use cluster::{ClusterState, Effect, WatchScope};
-pub use ingress_status::{desired_load_balancer, run_status_writer, status_patch, write_statuses, PublishTarget, StatusWork};
+pub use ingress_status::{
+    desired_load_balancer, run_status_writer, status_patch, write_statuses, PublishTarget,
+    StatusWork,
+};
 pub use watch::{start_watches, WatchEvent, WatchId, WatchRegistry, WatchReport};

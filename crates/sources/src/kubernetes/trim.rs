@@ -55,17 +55,39 @@ mod tests {
                 name: Some("tls".into()),
                 resource_version: Some("42".into()),
                 managed_fields: Some(vec![ManagedFieldsEntry::default()]),
-                annotations: Some([(LAST_APPLIED.to_owned(), "{}".to_owned()), ("keep".to_owned(), "1".to_owned())].into()),
+                annotations: Some(
+                    [
+                        (LAST_APPLIED.to_owned(), "{}".to_owned()),
+                        ("keep".to_owned(), "1".to_owned()),
+                    ]
+                    .into(),
+                ),
                 ..ObjectMeta::default()
             },
-            data: Some([("tls.crt".to_owned(), ByteString(b"cert".to_vec())), ("password".to_owned(), ByteString(b"x".to_vec()))].into()),
+            data: Some(
+                [
+                    ("tls.crt".to_owned(), ByteString(b"cert".to_vec())),
+                    ("password".to_owned(), ByteString(b"x".to_vec())),
+                ]
+                .into(),
+            ),
             ..Secret::default()
         });
         trim(&mut object);
-        let KubeObject::Secret(secret) = object else { unreachable!() };
+        let KubeObject::Secret(secret) = object else {
+            unreachable!()
+        };
         assert!(secret.metadata.managed_fields.is_none());
         assert!(secret.metadata.resource_version.is_none());
-        assert_eq!(secret.metadata.annotations.unwrap().keys().collect::<Vec<_>>(), ["keep"]);
+        assert_eq!(
+            secret
+                .metadata
+                .annotations
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["keep"]
+        );
         assert_eq!(secret.data.unwrap().keys().collect::<Vec<_>>(), ["tls.crt"]);
     }
 }

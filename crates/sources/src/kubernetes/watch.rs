@@ -64,13 +64,22 @@ pub struct WatchRegistry(Mutex<Vec<WatchReport>>);
 
 impl WatchRegistry {
     pub fn reports(&self) -> Vec<WatchReport> {
-        self.0.lock().map(|reports| reports.clone()).unwrap_or_default()
+        self.0
+            .lock()
+            .map(|reports| reports.clone())
+            .unwrap_or_default()
     }
 
     /// What each watch covers, indexed by [`WatchId`].
     pub fn scopes(&self) -> Vec<WatchScope> {
         let reports = self.reports();
-        reports.into_iter().map(|r| WatchScope { kind: r.kind, namespace: r.namespace }).collect()
+        reports
+            .into_iter()
+            .map(|r| WatchScope {
+                kind: r.kind,
+                namespace: r.namespace,
+            })
+            .collect()
     }
 
     fn register(&self, kind: &'static str, namespace: Option<&str>) -> WatchId {
@@ -82,14 +91,22 @@ impl WatchRegistry {
             error: None,
             since: now(),
         };
-        let mut reports = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut reports = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         reports.push(report);
         WatchId(reports.len() - 1)
     }
 
     fn enter(&self, watch: WatchId, phase: WatchPhase, error: Option<String>) {
-        let mut reports = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(report) = reports.get_mut(watch.0) else { return };
+        let mut reports = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(report) = reports.get_mut(watch.0) else {
+            return;
+        };
         if report.phase != phase {
             report.since = now();
         }
@@ -105,11 +122,28 @@ fn now() -> String {
 
 /// Starts one watch per kind and namespace (cluster-wide when `namespaces` is empty;
 /// IngressClass is always cluster-wide). Events arrive on the returned channel.
-pub fn start_watches(client: &Client, namespaces: &[String]) -> (mpsc::UnboundedReceiver<WatchEvent>, Arc<WatchRegistry>, Vec<JoinHandle<()>>) {
+pub fn start_watches(
+    client: &Client,
+    namespaces: &[String],
+) -> (
+    mpsc::UnboundedReceiver<WatchEvent>,
+    Arc<WatchRegistry>,
+    Vec<JoinHandle<()>>,
+) {
     let (sender, events) = mpsc::unbounded_channel();
     let registry = Arc::new(WatchRegistry::default());
-    let scopes: Vec<Option<&str>> = if namespaces.is_empty() { vec![None] } else { namespaces.iter().map(|n| Some(n.as_str())).collect() };
-    let mut tasks = vec![spawn_watch(Api::<IngressClass>::all(client.clone()), None, &registry, &sender, KubeObject::IngressClass)];
+    let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().map(|n| Some(n.as_str())).collect()
+    };
+    let mut tasks = vec![spawn_watch(
+        Api::<IngressClass>::all(client.clone()),
+        None,
+        &registry,
+        &sender,
+        KubeObject::IngressClass,
+    )];
     for namespace in scopes {
         let context = (namespace, &registry, &sender);
         tasks.push(spawn_namespaced(client, context, KubeObject::Ingress));
@@ -120,11 +154,25 @@ pub fn start_watches(client: &Client, namespaces: &[String]) -> (mpsc::Unbounded
     (events, registry, tasks)
 }
 
-type Context<'a> = (Option<&'a str>, &'a Arc<WatchRegistry>, &'a mpsc::UnboundedSender<WatchEvent>);
+type Context<'a> = (
+    Option<&'a str>,
+    &'a Arc<WatchRegistry>,
+    &'a mpsc::UnboundedSender<WatchEvent>,
+);
 
-fn spawn_namespaced<K>(client: &Client, (namespace, registry, sender): Context<'_>, into: fn(K) -> KubeObject) -> JoinHandle<()>
+fn spawn_namespaced<K>(
+    client: &Client,
+    (namespace, registry, sender): Context<'_>,
+    into: fn(K) -> KubeObject,
+) -> JoinHandle<()>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let api = match namespace {
         Some(namespace) => Api::<K>::namespaced(client.clone(), namespace),
@@ -133,7 +181,13 @@ where
     spawn_watch(api, namespace, registry, sender, into)
 }
 
-fn spawn_watch<K>(api: Api<K>, namespace: Option<&str>, registry: &Arc<WatchRegistry>, sender: &mpsc::UnboundedSender<WatchEvent>, into: fn(K) -> KubeObject) -> JoinHandle<()>
+fn spawn_watch<K>(
+    api: Api<K>,
+    namespace: Option<&str>,
+    registry: &Arc<WatchRegistry>,
+    sender: &mpsc::UnboundedSender<WatchEvent>,
+    into: fn(K) -> KubeObject,
+) -> JoinHandle<()>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
@@ -149,7 +203,14 @@ where
                 Ok(event) => {
                     registry.enter(watch, phase_after(&event), None);
                     let event = event_into(event, into);
-                    if sender.send(WatchEvent { watch, event, received }).is_err() {
+                    if sender
+                        .send(WatchEvent {
+                            watch,
+                            event,
+                            received,
+                        })
+                        .is_err()
+                    {
                         return;
                     }
                 }

@@ -1,0 +1,218 @@
+//! `serve --kubernetes`: the client, the watches, the loop that turns watch events into endpoint swaps or recompiles, and the status writer with leader election.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::Client;
+use kube_lease_manager::LeaseManagerBuilder;
+use sluice_config::{EndpointSources, ObjectKey};
+use sluice_proxy::ShutdownSignal;
+use sluice_sources::kubernetes::{
+    run_status_writer, start_watches, ClusterState, Effect, PublishTarget, StatusWork, WatchEvent,
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::control::{ControlPlane, Published};
+
+/// `--kubernetes` and its flags.
+#[derive(Debug, Clone)]
+pub struct KubeConfig {
+    pub kubeconfig: Option<PathBuf>,
+    pub namespaces: Vec<String>,
+    pub publish: Option<PublishTarget>,
+    pub leader_election: Option<LeaderElection>,
+}
+
+/// `--leader-elect`: the Lease and this replica's identity.
+#[derive(Debug, Clone)]
+pub struct LeaderElection {
+    pub lease: String,
+    pub namespace: String,
+    pub identity: String,
+}
+
+/// A client from `--kubeconfig`, else the in-cluster service account, else `KUBECONFIG`/~/.kube/config.
+pub async fn client(config: &KubeConfig) -> anyhow::Result<Client> {
+    let client_config = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("kubeconfig {} is not usable", path.display()))?
+        }
+        None => kube::Config::infer().await.context("no Kubernetes configuration: not in a cluster, and no usable KUBECONFIG or ~/.kube/config")?,
+    };
+    Client::try_from(client_config).context("cannot build the Kubernetes client")
+}
+
+/// The running Kubernetes source: its events and the tasks that feed them.
+pub struct KubeSource {
+    client: Client,
+    config: KubeConfig,
+    events: mpsc::UnboundedReceiver<WatchEvent>,
+    state: ClusterState,
+}
+
+impl KubeSource {
+    /// Starts every watch; the control plane reports their states from now on.
+    pub fn start(client: Client, config: KubeConfig, control: &ControlPlane) -> Self {
+        let (events, registry, _tasks) = start_watches(&client, &config.namespaces);
+        let state = ClusterState::new(registry.scopes());
+        control.set_watches(registry);
+        Self {
+            client,
+            config,
+            events,
+            state,
+        }
+    }
+
+    /// Applies watch events until shutdown. The first table is published once every watch has
+    /// listed; after that an EndpointSlice event swaps the affected backends' endpoint cells,
+    /// and any other change recompiles. Events already queued when a recompile starts are
+    /// folded into it; nothing waits on a timer.
+    pub async fn run(mut self, control: Arc<ControlPlane>, shutdown: ShutdownSignal) {
+        let (work, status_writer) = self.status_channel();
+        let mut published = Published::default();
+        let stop = shutdown.wait();
+        tokio::pin!(stop);
+        loop {
+            let event = tokio::select! {
+                event = self.events.recv() => match event {
+                    Some(event) => event,
+                    None => return,
+                },
+                () = &mut stop => break,
+            };
+            let received = event.received;
+            let mut effect = self.state.apply(event);
+            if effect.recompile {
+                self.fold_queued(&mut effect);
+            }
+            if !self.state.synced() {
+                continue;
+            }
+            if effect.recompile || !control.is_ready() {
+                published = tokio::task::block_in_place(|| {
+                    control.publish_snapshot(self.state.snapshot(), Vec::new())
+                });
+            } else if !effect.services.is_empty() {
+                let swapped = swap_endpoints(
+                    &self.state,
+                    &published.endpoint_sources,
+                    &effect.services,
+                    &control,
+                );
+                if swapped > 0 {
+                    control.record_propagation(received, swapped);
+                }
+            }
+            if effect.recompile || effect.ingress_status {
+                self.queue_status_writes(&work, &published.served);
+            }
+        }
+        drop(work);
+        if let Some(writer) = status_writer {
+            let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+        }
+    }
+
+    fn fold_queued(&mut self, effect: &mut Effect) {
+        while let Ok(next) = self.events.try_recv() {
+            effect.merge(self.state.apply(next));
+        }
+    }
+
+    fn queue_status_writes(&self, work: &watch::Sender<Option<StatusWork>>, served: &[ObjectKey]) {
+        let Some(target) = &self.config.publish else {
+            return;
+        };
+        let pending = StatusWork::pending(target, self.state.snapshot(), served);
+        work.send_if_modified(|current| {
+            let changed = *current != pending;
+            *current = pending;
+            changed
+        });
+    }
+
+    /// The channel the status writer takes its work from, and the writer task (when
+    /// `--publish-service` or `--publish-address` is set).
+    fn status_channel(
+        &self,
+    ) -> (
+        watch::Sender<Option<StatusWork>>,
+        Option<tokio::task::JoinHandle<()>>,
+    ) {
+        let (work, work_receiver) = watch::channel(None);
+        if self.config.publish.is_none() {
+            return (work, None);
+        }
+        let leader = leadership(self.client.clone(), self.config.leader_election.clone());
+        let writer = tokio::spawn(run_status_writer(
+            self.client.clone(),
+            work_receiver,
+            leader,
+        ));
+        (work, Some(writer))
+    }
+}
+
+/// Recomputes the endpoint sets of the backends fed by these Services and swaps the cells that
+/// changed. Returns how many changed.
+fn swap_endpoints(
+    state: &ClusterState,
+    sources: &EndpointSources,
+    services: &std::collections::BTreeSet<ObjectKey>,
+    control: &ControlPlane,
+) -> usize {
+    let mut swapped = 0;
+    for service in services {
+        for source in sources.of_service(service) {
+            let endpoints = state.endpoints_of(service, source.port_name.as_deref());
+            swapped += usize::from(control.update_endpoints(&source.backend, endpoints));
+        }
+    }
+    swapped
+}
+
+/// Whether this replica may write status: always without `--leader-elect`, else while it holds
+/// the Lease. Keeps trying to join the election if the API is unreachable at first.
+fn leadership(client: Client, election: Option<LeaderElection>) -> watch::Receiver<bool> {
+    let Some(election) = election else {
+        // Leadership never changes: the sender goes, the value stays.
+        return watch::channel(true).1;
+    };
+    let (sender, receiver) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut delay = Duration::from_millis(500);
+        loop {
+            let manager = LeaseManagerBuilder::new(client.clone(), election.lease.clone())
+                .with_namespace(election.namespace.clone())
+                .with_identity(election.identity.clone())
+                .build()
+                .await;
+            match manager {
+                Ok(manager) => {
+                    let (mut state, task) = manager.watch().await;
+                    loop {
+                        let leading = *state.borrow_and_update();
+                        tracing::info!(leading, lease = %election.lease, "leader election");
+                        sender.send_replace(leading);
+                        if state.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                    sender.send_replace(false);
+                    let _ = task.await;
+                }
+                Err(error) => tracing::warn!(%error, "cannot join leader election; retrying"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(30));
+        }
+    });
+    receiver
+}
