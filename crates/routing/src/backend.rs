@@ -122,8 +122,9 @@ impl EndpointSet {
 pub struct EndpointCell(Arc<ArcSwap<EndpointSet>>);
 
 impl EndpointCell {
-    pub fn new(set: EndpointSet) -> Self {
-        Self(Arc::new(ArcSwap::from_pointee(set)))
+    /// A cell holding `set`; an `Arc<EndpointSet>` is shared, not copied.
+    pub fn new(set: impl Into<Arc<EndpointSet>>) -> Self {
+        Self(Arc::new(ArcSwap::new(set.into())))
     }
 
     pub fn load(&self) -> Arc<EndpointSet> {
@@ -131,8 +132,8 @@ impl EndpointCell {
     }
 
     /// Publishes a new endpoint set; requests that already picked an endpoint keep it.
-    pub fn store(&self, set: EndpointSet) {
-        self.0.store(Arc::new(set));
+    pub fn store(&self, set: impl Into<Arc<EndpointSet>>) {
+        self.0.store(set.into());
     }
 }
 
@@ -158,7 +159,7 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn new(id: BackendId, mode: BackendMode, endpoints: EndpointSet) -> Self {
+    pub fn new(id: BackendId, mode: BackendMode, endpoints: impl Into<Arc<EndpointSet>>) -> Self {
         Self {
             id,
             mode,

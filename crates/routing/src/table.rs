@@ -1,6 +1,7 @@
 //! The routing table and its builder: host → ordered path routes → backend, plus a default backend.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::backend::{Backend, BackendId};
 use crate::host::{wildcard_suffix, HostMatch};
@@ -15,8 +16,8 @@ pub struct BackendIndex(usize);
 pub struct Route {
     pub path: PathMatch,
     pub backend: BackendIndex,
-    /// The Ingress the rule came from, as `namespace/name`.
-    pub ingress: Box<str>,
+    /// The Ingress the rule came from, as `namespace/name` (shared by all its routes).
+    pub ingress: Arc<str>,
 }
 
 /// Routes for one host, kept in precedence order (see [`PathMatch`]'s `Ord`).
@@ -105,7 +106,7 @@ impl RoutingTable {
 #[derive(Debug, Default)]
 pub struct TableBuilder {
     backends: BTreeMap<BackendId, Backend>,
-    routes: Vec<(HostMatch, PathMatch, BackendId, Box<str>)>,
+    routes: Vec<(HostMatch, PathMatch, BackendId, Arc<str>)>,
     default_backend: Option<BackendId>,
 }
 
@@ -131,9 +132,9 @@ impl TableBuilder {
         host: HostMatch,
         path: PathMatch,
         backend: BackendId,
-        ingress: &str,
+        ingress: Arc<str>,
     ) {
-        self.routes.push((host, path, backend, ingress.into()));
+        self.routes.push((host, path, backend, ingress));
     }
 
     pub fn set_default_backend(&mut self, backend: BackendId) {
@@ -203,7 +204,7 @@ mod tests {
                 HostMatch::from_rule_host(Some(host)),
                 path.clone(),
                 id,
-                "ns/ing",
+                "ns/ing".into(),
             );
         }
         if let Some(service) = default {

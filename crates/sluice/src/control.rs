@@ -8,7 +8,8 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use serde::Serialize;
 use sluice_config::{
-    compile, CompileOptions, Diagnostic, EndpointSources, ObjectKey, Severity, Snapshot,
+    compile_with, CompileOptions, Diagnostic, EndpointResolver, EndpointSources, ObjectKey,
+    Severity, SliceIndex, Snapshot,
 };
 use sluice_proxy::TableHandle;
 use sluice_routing::{BackendId, EndpointSet};
@@ -127,13 +128,20 @@ impl ControlPlane {
 
     /// Compiles a snapshot and publishes the table if it differs from the one serving now.
     /// `diagnostics` (e.g. file errors) are reported before the compile's own.
-    pub fn publish_snapshot(
+    pub fn publish_snapshot(&self, snapshot: &Snapshot, diagnostics: Vec<Diagnostic>) -> Published {
+        self.publish_with(snapshot, &SliceIndex::new(snapshot), diagnostics)
+    }
+
+    /// [`Self::publish_snapshot`] with endpoint sets from `endpoints` (the Kubernetes source's
+    /// cache, so a recompile does not recompute unchanged endpoint sets).
+    pub fn publish_with(
         &self,
         snapshot: &Snapshot,
+        endpoints: &dyn EndpointResolver,
         mut diagnostics: Vec<Diagnostic>,
     ) -> Published {
         let started = Instant::now();
-        let compiled = compile(snapshot, &self.options);
+        let compiled = compile_with(snapshot, &self.options, endpoints);
         let elapsed = started.elapsed();
         self.metrics.compile.observe(elapsed.as_secs_f64());
         self.record(|activity| activity.last_compile = Some(timing(elapsed.as_secs_f64())));
@@ -163,12 +171,12 @@ impl ControlPlane {
     }
 
     /// Swaps one backend's endpoint cell in the serving table, if the set changed. No recompile.
-    pub fn update_endpoints(&self, backend: &BackendId, endpoints: EndpointSet) -> bool {
+    pub fn update_endpoints(&self, backend: &BackendId, endpoints: Arc<EndpointSet>) -> bool {
         let table = self.table.load();
         let Some(backend) = table.backend_by_id(backend) else {
             return false;
         };
-        if *backend.endpoints().load() == endpoints {
+        if *backend.endpoints().load() == *endpoints {
             return false;
         }
         backend.endpoints().store(endpoints);

@@ -97,7 +97,7 @@ impl KubeSource {
             }
             if effect.recompile || !control.is_ready() {
                 published = tokio::task::block_in_place(|| {
-                    control.publish_snapshot(self.state.snapshot(), Vec::new())
+                    control.publish_with(self.state.snapshot(), &self.state, Vec::new())
                 });
             } else if !effect.services.is_empty() {
                 let swapped = swap_endpoints(

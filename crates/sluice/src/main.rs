@@ -13,6 +13,11 @@ use clap::Parser;
 
 use cli::{Cli, Command};
 
+/// mimalloc: compiles at cluster scale allocate and free hundreds of thousands of small objects,
+/// which glibc's allocator serves markedly slower (see docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging();

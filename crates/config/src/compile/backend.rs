@@ -1,6 +1,8 @@
 //! Backend resolution: from an Ingress's Service reference to a backend with its mode and endpoints.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use http::uri::Authority;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
@@ -15,11 +17,38 @@ use crate::snapshot::{ObjectKey, Snapshot};
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
+/// Where compile() gets a Service port's ready endpoints from. [`SliceIndex`] computes them from
+/// the snapshot's EndpointSlices; the Kubernetes source caches them between compiles and keeps
+/// them current as slices change. Either way the answer must equal [`ready_endpoints`] over the
+/// snapshot's slices, so compile stays a pure function of the snapshot.
+pub trait EndpointResolver {
+    fn ready_endpoints(
+        &self,
+        namespace: &str,
+        service: &str,
+        port_name: Option<&str>,
+    ) -> Arc<EndpointSet>;
+}
+
+impl EndpointResolver for SliceIndex<'_> {
+    fn ready_endpoints(
+        &self,
+        namespace: &str,
+        service: &str,
+        port_name: Option<&str>,
+    ) -> Arc<EndpointSet> {
+        Arc::new(ready_endpoints(
+            self.slices(namespace, service).iter().copied(),
+            port_name,
+        ))
+    }
+}
+
 /// EndpointSlices grouped by the `namespace/service` they belong to, built once per compile.
-pub(super) struct SliceIndex<'a>(HashMap<&'a str, HashMap<&'a str, Vec<&'a EndpointSlice>>>);
+pub struct SliceIndex<'a>(HashMap<&'a str, HashMap<&'a str, Vec<&'a EndpointSlice>>>);
 
 impl<'a> SliceIndex<'a> {
-    pub(super) fn new(snapshot: &'a Snapshot) -> Self {
+    pub fn new(snapshot: &'a Snapshot) -> Self {
         let mut index: HashMap<_, HashMap<_, Vec<_>>> = HashMap::new();
         for (key, slice) in &snapshot.endpoint_slices {
             if let Some(service) = slice
@@ -71,41 +100,70 @@ impl EndpointSources {
     }
 }
 
+/// Where a backend reference sits in its Ingress. Formatted only when a diagnostic needs it,
+/// so the common case allocates nothing for it.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum BackendField {
+    Default,
+    Path { rule: usize, path: usize },
+}
+
+impl BackendField {
+    /// The field path with `suffix` appended, e.g. `.service.port`.
+    pub(super) fn at(self, suffix: &str) -> String {
+        match self {
+            Self::Default => format!("spec.defaultBackend{suffix}"),
+            Self::Path { rule, path } => {
+                format!("spec.rules[{rule}].http.paths[{path}].backend{suffix}")
+            }
+        }
+    }
+}
+
 /// One `backend.service` of an Ingress, with where it sits and what the Ingress asks of it.
 pub(super) struct ServiceReference<'a> {
     pub namespace: &'a str,
     pub service: &'a IngressServiceBackend,
-    /// Field path of the `service` block, for diagnostics.
-    pub field: String,
+    pub field: BackendField,
     pub ingress: &'a ObjectRef,
     /// The Ingress carries a service-upstream annotation.
     pub service_upstream: bool,
+}
+
+/// Where resolved backends go: the table builder and the endpoint sources.
+pub(super) struct BackendSink<'a> {
+    pub builder: &'a mut TableBuilder,
+    pub endpoint_sources: &'a mut EndpointSources,
+    pub diagnostics: &'a mut Diagnostics,
 }
 
 /// Resolves a Service reference and adds its backend to the table builder (once per id).
 /// Returns the backend id, or `None` when the reference names no port at all.
 pub(super) fn resolve(
     snapshot: &Snapshot,
-    slices: &SliceIndex<'_>,
+    endpoints: &dyn EndpointResolver,
     reference: &ServiceReference<'_>,
-    builder: &mut TableBuilder,
-    endpoint_sources: &mut EndpointSources,
-    diagnostics: &mut Diagnostics,
+    sink: BackendSink<'_>,
 ) -> Option<BackendId> {
+    let BackendSink {
+        builder,
+        endpoint_sources,
+        diagnostics,
+    } = sink;
     let ServiceReference {
         namespace,
         service: target,
         ingress,
+        field,
         ..
     } = *reference;
     let port_text = port_text(reference, diagnostics)?;
-    let Some(service) = snapshot
-        .services
-        .get(&ObjectKey::new(namespace, &target.name))
-    else {
+    let service_ref = || ObjectRef::new("Service", Some(namespace), &target.name);
+    let service_key = ObjectKey::new(namespace, &target.name);
+    let Some(service) = snapshot.services.get(&service_key) else {
         diagnostics.error(
             ingress,
-            format!("{}.name", reference.field),
+            field.at(".service.name"),
             format!(
                 "Service {namespace}/{} not found; requests to this backend answer 503",
                 target.name
@@ -120,13 +178,13 @@ pub(super) fn resolve(
         builder.add_backend(Backend::new(id.clone(), mode, EndpointSet::default()));
         return Some(id);
     };
-    let service_ref = ObjectRef::new("Service", Some(namespace), &target.name);
-    let service_wants_upstream = service_annotations(
-        service.metadata.annotations.as_ref(),
-        &service_ref,
-        diagnostics,
-    )
-    .service_upstream;
+    let service_wants_upstream = service
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|annotations| {
+            service_annotations(Some(annotations), &service_ref(), diagnostics).service_upstream
+        });
     let mode = backend_mode(
         service,
         reference.service_upstream || service_wants_upstream,
@@ -135,7 +193,7 @@ pub(super) fn resolve(
     let Some(port) = find_port(service, reference) else {
         diagnostics.error(
             ingress,
-            format!("{}.port", reference.field),
+            field.at(".service.port"),
             format!(
                 "Service {namespace}/{} has no port {port_text} (it has: {}); requests to this backend answer 503",
                 target.name,
@@ -147,34 +205,43 @@ pub(super) fn resolve(
     };
     // Service-upstream diagnostics are about the Ingress that asks for it, so every such Ingress
     // gets them, not only the first to reference the backend (repeats on one object dedup).
-    if !builder.has_backend(&id) || mode == BackendMode::ServiceUpstream {
+    let new_backend = !builder.has_backend(&id);
+    if new_backend || mode == BackendMode::ServiceUpstream {
         let upstream_object = if reference.service_upstream {
-            ingress
+            ingress.clone()
         } else {
-            &service_ref
+            service_ref()
         };
-        let endpoints = match mode {
+        let set = match mode {
             BackendMode::Endpoints => endpoints_mode(
-                slices.slices(namespace, &target.name),
+                endpoints,
+                namespace,
+                &target.name,
                 port,
                 &service_ref,
                 diagnostics,
             ),
-            BackendMode::ServiceUpstream => {
-                cluster_ip_mode(service, port, upstream_object, diagnostics)
-            }
-            BackendMode::ExternalName => {
-                external_name_mode(service, port, &service_ref, diagnostics)
-            }
+            BackendMode::ServiceUpstream => Arc::new(cluster_ip_mode(
+                service,
+                port,
+                &upstream_object,
+                diagnostics,
+            )),
+            BackendMode::ExternalName => Arc::new(external_name_mode(
+                service,
+                port,
+                &service_ref(),
+                diagnostics,
+            )),
         };
-        builder.add_backend(Backend::new(id.clone(), mode, endpoints));
+        builder.add_backend(Backend::new(id.clone(), mode, set));
     }
-    if mode == BackendMode::Endpoints {
+    if new_backend && mode == BackendMode::Endpoints {
         let source = EndpointSource {
             backend: id.clone(),
             port_name: port.name.clone().filter(|name| !name.is_empty()),
         };
-        endpoint_sources.add(ObjectKey::new(namespace, &target.name), source);
+        endpoint_sources.add(service_key, source);
     }
     Some(id)
 }
@@ -190,18 +257,21 @@ fn backend_id(namespace: &str, service: &str, port_text: &str, mode: BackendMode
     }
 }
 
-fn port_text(reference: &ServiceReference<'_>, diagnostics: &mut Diagnostics) -> Option<String> {
+fn port_text<'r>(
+    reference: &ServiceReference<'r>,
+    diagnostics: &mut Diagnostics,
+) -> Option<Cow<'r, str>> {
     let port = reference.service.port.as_ref();
     match (
         port.and_then(|p| p.number),
         port.and_then(|p| p.name.as_deref()),
     ) {
-        (Some(number), _) => Some(number.to_string()),
-        (None, Some(name)) if !name.is_empty() => Some(name.to_owned()),
+        (Some(number), _) => Some(Cow::Owned(number.to_string())),
+        (None, Some(name)) if !name.is_empty() => Some(Cow::Borrowed(name)),
         _ => {
             diagnostics.error(
                 reference.ingress,
-                format!("{}.port", reference.field),
+                reference.field.at(".service.port"),
                 "must set number or name; route dropped",
             );
             None
@@ -255,15 +325,17 @@ fn backend_mode(service: &Service, service_upstream: bool) -> BackendMode {
 }
 
 fn endpoints_mode(
-    slices: &[&EndpointSlice],
+    endpoints: &dyn EndpointResolver,
+    namespace: &str,
+    service: &str,
     port: &ServicePort,
-    service: &ObjectRef,
+    service_ref: &dyn Fn() -> ObjectRef,
     diagnostics: &mut Diagnostics,
-) -> EndpointSet {
-    let endpoints = ready_endpoints(slices.iter().copied(), port.name.as_deref());
-    if endpoints.is_empty() {
+) -> Arc<EndpointSet> {
+    let set = endpoints.ready_endpoints(namespace, service, port.name.as_deref());
+    if set.is_empty() {
         diagnostics.warning(
-            service,
+            &service_ref(),
             "",
             format!(
                 "no ready endpoints for port {}; requests to it answer 503",
@@ -271,7 +343,7 @@ fn endpoints_mode(
             ),
         );
     }
-    endpoints
+    set
 }
 
 fn port_label(port: &ServicePort) -> String {

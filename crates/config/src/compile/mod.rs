@@ -4,6 +4,7 @@ mod backend;
 mod class;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use sluice_routing::{BackendId, HostMatch, PathMatch, RoutingTable, TableBuilder};
@@ -11,9 +12,12 @@ use sluice_routing::{BackendId, HostMatch, PathMatch, RoutingTable, TableBuilder
 use crate::annotations::ingress_annotations;
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
-use backend::{resolve, ServiceReference, SliceIndex};
+use backend::{resolve, BackendField, BackendSink, ServiceReference};
 
-pub use backend::{ready_endpoints, EndpointSource, EndpointSources, SERVICE_NAME_LABEL};
+pub use backend::{
+    ready_endpoints, EndpointResolver, EndpointSource, EndpointSources, SliceIndex,
+    SERVICE_NAME_LABEL,
+};
 pub use class::CONTROLLER;
 
 /// What the compiler is told from the command line.
@@ -48,12 +52,23 @@ pub struct Compiled {
 /// Compiles a snapshot into a routing table. Pure and deterministic: no I/O, and the same
 /// snapshot always gives an equal result.
 pub fn compile(snapshot: &Snapshot, options: &CompileOptions) -> Compiled {
+    compile_with(snapshot, options, &SliceIndex::new(snapshot))
+}
+
+/// [`compile`] with endpoint sets from `endpoints`, which must agree with the snapshot's
+/// EndpointSlices (the Kubernetes source passes its cache, so a recompile re-reads no slice).
+pub fn compile_with(
+    snapshot: &Snapshot,
+    options: &CompileOptions,
+    endpoints: &dyn EndpointResolver,
+) -> Compiled {
     let mut compiler = Compiler {
         snapshot,
-        slices: SliceIndex::new(snapshot),
+        endpoints,
         builder: TableBuilder::new(),
         diagnostics: Diagnostics::default(),
-        claimed: HashMap::new(),
+        claimed: HashMap::with_capacity(snapshot.ingresses.len()),
+        owners: Vec::with_capacity(snapshot.ingresses.len()),
         default_backend_owner: None,
         endpoint_sources: EndpointSources::default(),
     };
@@ -76,7 +91,7 @@ pub fn compile(snapshot: &Snapshot, options: &CompileOptions) -> Compiled {
         );
         if classes.serves(ingress, &annotations, &object, &mut compiler.diagnostics) {
             compiler.diagnostics.append(annotation_diagnostics);
-            compiler.add_ingress(key, ingress, &object, annotations.service_upstream);
+            compiler.add_ingress(key, ingress, object, annotations.service_upstream);
             served.push(key.clone());
         }
     }
@@ -101,13 +116,25 @@ fn oldest_first(snapshot: &Snapshot) -> Vec<(&ObjectKey, &Ingress)> {
 
 struct Compiler<'a> {
     snapshot: &'a Snapshot,
-    slices: SliceIndex<'a>,
+    endpoints: &'a dyn EndpointResolver,
     builder: TableBuilder,
     diagnostics: Diagnostics,
-    /// Which Ingress owns each host + path, for conflict reports.
-    claimed: HashMap<(HostMatch, PathMatch), ObjectRef>,
+    /// Which Ingress (index into `owners`) owns each host + path, for conflict reports.
+    claimed: HashMap<(HostMatch, PathMatch), usize>,
+    /// Every served Ingress, in the order they were added (oldest first).
+    owners: Vec<ObjectRef>,
     default_backend_owner: Option<ObjectRef>,
     endpoint_sources: EndpointSources,
+}
+
+/// The Ingress being added: what every rule of it shares.
+struct Current<'a> {
+    key: &'a ObjectKey,
+    /// Index into `Compiler::owners`.
+    owner: usize,
+    /// `namespace/name`, shared by all its routes.
+    source: Arc<str>,
+    service_upstream: bool,
 }
 
 impl Compiler<'_> {
@@ -115,62 +142,67 @@ impl Compiler<'_> {
         &mut self,
         key: &ObjectKey,
         ingress: &Ingress,
-        object: &ObjectRef,
+        object: ObjectRef,
         service_upstream: bool,
     ) {
+        self.owners.push(object);
+        let current = Current {
+            key,
+            owner: self.owners.len() - 1,
+            source: format!("{}/{}", key.namespace, key.name).into(),
+            service_upstream,
+        };
         let Some(spec) = ingress.spec.as_ref() else {
-            self.diagnostics
-                .error(object, "spec", "missing; nothing to serve");
+            self.diagnostics.error(
+                &self.owners[current.owner],
+                "spec",
+                "missing; nothing to serve",
+            );
             return;
         };
-        let source = format!("{}/{}", key.namespace, key.name);
         if let Some(backend) = &spec.default_backend {
-            self.add_default_backend(key, backend, object, service_upstream);
+            self.add_default_backend(&current, backend);
         }
         for (rule_index, rule) in spec.rules.as_deref().unwrap_or_default().iter().enumerate() {
-            let rule_field = format!("spec.rules[{rule_index}]");
-            let Some(host) = self.host_of(rule.host.as_deref(), &rule_field, object) else {
+            let Some(host) = self.host_of(rule.host.as_deref(), rule_index, current.owner) else {
                 continue;
             };
             let Some(http) = &rule.http else {
+                let field = format!("spec.rules[{rule_index}].http");
                 self.diagnostics.warning(
-                    object,
-                    format!("{rule_field}.http"),
+                    &self.owners[current.owner],
+                    field,
                     "missing; rule has no paths and is ignored",
                 );
                 continue;
             };
             for (path_index, path) in http.paths.iter().enumerate() {
-                let field = format!("{rule_field}.http.paths[{path_index}]");
+                let field = BackendField::Path {
+                    rule: rule_index,
+                    path: path_index,
+                };
                 let Some(path_match) =
-                    self.path_of(path.path.as_deref(), &path.path_type, &field, object)
+                    self.path_of(path.path.as_deref(), &path.path_type, field, current.owner)
                 else {
                     continue;
                 };
-                let reference = Reference {
-                    key,
-                    object,
-                    service_upstream,
-                    field: format!("{field}.backend"),
-                };
-                let Some(backend) = self.backend_of(&path.backend, &reference) else {
+                let Some(backend) = self.backend_of(&path.backend, &current, field) else {
                     continue;
                 };
-                if self.claim(&host, &path_match, &field, object) {
-                    self.builder
-                        .add_route(host.clone(), path_match, backend, &source);
+                if self.claim(&host, &path_match, field, current.owner) {
+                    self.builder.add_route(
+                        host.clone(),
+                        path_match,
+                        backend,
+                        current.source.clone(),
+                    );
                 }
             }
         }
     }
 
-    fn add_default_backend(
-        &mut self,
-        key: &ObjectKey,
-        backend: &IngressBackend,
-        object: &ObjectRef,
-        service_upstream: bool,
-    ) {
+    fn add_default_backend(&mut self, current: &Current<'_>, backend: &IngressBackend) {
+        let object = &self.owners[current.owner];
         if let Some(owner) = &self.default_backend_owner {
             let message = format!(
                 "ignored: Ingress {} is older and its defaultBackend wins",
@@ -180,24 +212,14 @@ impl Compiler<'_> {
                 .warning(object, "spec.defaultBackend", message);
             return;
         }
-        let reference = Reference {
-            key,
-            object,
-            service_upstream,
-            field: "spec.defaultBackend".to_owned(),
-        };
-        if let Some(id) = self.backend_of(backend, &reference) {
+        let object = object.clone();
+        if let Some(id) = self.backend_of(backend, current, BackendField::Default) {
             self.builder.set_default_backend(id);
-            self.default_backend_owner = Some(object.clone());
+            self.default_backend_owner = Some(object);
         }
     }
 
-    fn host_of(
-        &mut self,
-        host: Option<&str>,
-        rule_field: &str,
-        object: &ObjectRef,
-    ) -> Option<HostMatch> {
+    fn host_of(&mut self, host: Option<&str>, rule: usize, owner: usize) -> Option<HostMatch> {
         let text = host.unwrap_or_default();
         let name = text.strip_prefix("*.").unwrap_or(text);
         let valid = name.split('.').all(|label| {
@@ -208,8 +230,11 @@ impl Compiler<'_> {
         });
         if !text.is_empty() && !valid {
             let message = format!("{text:?} is not a valid host (a DNS name, optionally starting with \"*.\"); rule dropped");
-            self.diagnostics
-                .error(object, format!("{rule_field}.host"), message);
+            self.diagnostics.error(
+                &self.owners[owner],
+                format!("spec.rules[{rule}].host"),
+                message,
+            );
             return None;
         }
         Some(HostMatch::from_rule_host(host))
@@ -219,16 +244,15 @@ impl Compiler<'_> {
         &mut self,
         path: Option<&str>,
         path_type: &str,
-        field: &str,
-        object: &ObjectRef,
+        field: BackendField,
+        owner: usize,
     ) -> Option<PathMatch> {
         let path = path.unwrap_or("/");
+        let object = &self.owners[owner];
         if !path.starts_with('/') {
-            self.diagnostics.error(
-                object,
-                format!("{field}.path"),
-                format!("{path:?} must start with \"/\"; path dropped"),
-            );
+            let message = format!("{path:?} must start with \"/\"; path dropped");
+            self.diagnostics
+                .error(object, path_field(field, ".path"), message);
             return None;
         }
         match path_type {
@@ -237,7 +261,7 @@ impl Compiler<'_> {
             other => {
                 let message = format!("{other:?} is not a pathType (Exact, Prefix or ImplementationSpecific); path dropped");
                 self.diagnostics
-                    .error(object, format!("{field}.pathType"), message);
+                    .error(object, path_field(field, ".pathType"), message);
                 None
             }
         }
@@ -246,36 +270,33 @@ impl Compiler<'_> {
     fn backend_of(
         &mut self,
         backend: &IngressBackend,
-        reference: &Reference<'_>,
+        current: &Current<'_>,
+        field: BackendField,
     ) -> Option<BackendId> {
+        let object = &self.owners[current.owner];
         let Some(service) = &backend.service else {
             let what = if backend.resource.is_some() {
                 "resource backends are not supported"
             } else {
                 "no service"
             };
-            self.diagnostics.error(
-                reference.object,
-                &reference.field,
-                format!("{what}; route dropped"),
-            );
+            self.diagnostics
+                .error(object, field.at(""), format!("{what}; route dropped"));
             return None;
         };
-        let service_reference = ServiceReference {
-            namespace: &reference.key.namespace,
+        let reference = ServiceReference {
+            namespace: &current.key.namespace,
             service,
-            field: format!("{}.service", reference.field),
-            ingress: reference.object,
-            service_upstream: reference.service_upstream,
+            field,
+            ingress: object,
+            service_upstream: current.service_upstream,
         };
-        resolve(
-            self.snapshot,
-            &self.slices,
-            &service_reference,
-            &mut self.builder,
-            &mut self.endpoint_sources,
-            &mut self.diagnostics,
-        )
+        let sink = BackendSink {
+            builder: &mut self.builder,
+            endpoint_sources: &mut self.endpoint_sources,
+            diagnostics: &mut self.diagnostics,
+        };
+        resolve(self.snapshot, self.endpoints, &reference, sink)
     }
 
     /// Claims host + path for this Ingress; a later (younger) claim loses with a diagnostic.
@@ -283,37 +304,36 @@ impl Compiler<'_> {
         &mut self,
         host: &HostMatch,
         path: &PathMatch,
-        field: &str,
-        object: &ObjectRef,
+        field: BackendField,
+        owner: usize,
     ) -> bool {
         let key = (host.clone(), path.clone());
-        match self.claimed.get(&key) {
-            None => {
-                self.claimed.insert(key, object.clone());
-                true
-            }
-            Some(owner) => {
-                let owner = if owner == object {
-                    "an earlier rule of this Ingress".to_owned()
-                } else {
-                    format!("{owner}, which is older")
-                };
-                let message = format!(
-                    "duplicate of host {host} path {} ({:?}) already served by {owner}; ignored",
-                    path.path(),
-                    path.kind()
-                );
-                self.diagnostics.warning(object, field, message);
-                false
-            }
-        }
+        let Some(&first) = self.claimed.get(&key) else {
+            self.claimed.insert(key, owner);
+            return true;
+        };
+        let holder = if first == owner {
+            "an earlier rule of this Ingress".to_owned()
+        } else {
+            format!("{}, which is older", self.owners[first])
+        };
+        let message = format!(
+            "duplicate of host {host} path {} ({:?}) already served by {holder}; ignored",
+            path.path(),
+            path.kind()
+        );
+        self.diagnostics
+            .warning(&self.owners[owner], path_field(field, ""), message);
+        false
     }
 }
 
-/// Where a backend reference sits, for resolving and reporting it.
-struct Reference<'a> {
-    key: &'a ObjectKey,
-    object: &'a ObjectRef,
-    service_upstream: bool,
-    field: String,
+/// The field path of a rule's path entry (`spec.rules[r].http.paths[p]`) plus `suffix`.
+fn path_field(field: BackendField, suffix: &str) -> String {
+    match field {
+        BackendField::Path { rule, path } => {
+            format!("spec.rules[{rule}].http.paths[{path}]{suffix}")
+        }
+        BackendField::Default => format!("spec.defaultBackend{suffix}"),
+    }
 }

@@ -1,9 +1,13 @@
 //! The cluster state: applies watch events to the snapshot and says what each one changed — a recompile, some Services' endpoints, or only an Ingress status.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use kube::runtime::watcher::Event;
-use sluice_config::{ready_endpoints, KubeObject, ObjectKey, Snapshot, SERVICE_NAME_LABEL};
+use sluice_config::{
+    ready_endpoints, EndpointResolver, KubeObject, ObjectKey, Snapshot, SERVICE_NAME_LABEL,
+};
 use sluice_routing::EndpointSet;
 
 use super::trim::trim;
@@ -44,9 +48,15 @@ pub struct ClusterState {
     synced: BTreeSet<WatchId>,
     /// EndpointSlice keys per Service, so one Service's endpoints are found without a scan.
     slices_by_service: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
+    /// Ready endpoints per Service and port name, computed on first use and dropped when the
+    /// Service's slices change: a recompile reuses every set whose slices did not change.
+    endpoint_cache: RefCell<HashMap<ObjectKey, EndpointSetsByPort>>,
     /// What each watch covers, by [`WatchId`].
     scopes: Vec<WatchScope>,
 }
+
+/// A Service's cached endpoint sets, by port name (`None` for an unnamed port).
+type EndpointSetsByPort = HashMap<Option<String>, Arc<EndpointSet>>;
 
 /// The kind and namespace one watch covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +94,15 @@ impl ClusterState {
 
     /// Applies one watch event.
     pub fn apply(&mut self, event: WatchEvent) -> Effect {
+        let effect = self.apply_event(event);
+        let cache = self.endpoint_cache.get_mut();
+        for service in &effect.services {
+            cache.remove(service);
+        }
+        effect
+    }
+
+    fn apply_event(&mut self, event: WatchEvent) -> Effect {
         match event.event {
             Event::Apply(mut object) => {
                 trim(&mut object);
@@ -107,14 +126,21 @@ impl ClusterState {
         }
     }
 
-    /// The ready endpoints of a Service's slices for one port name.
-    pub fn endpoints_of(&self, service: &ObjectKey, port_name: Option<&str>) -> EndpointSet {
+    /// The ready endpoints of a Service's slices for one port name (cached until they change).
+    pub fn endpoints_of(&self, service: &ObjectKey, port_name: Option<&str>) -> Arc<EndpointSet> {
+        let mut cache = self.endpoint_cache.borrow_mut();
+        let ports = cache.entry(service.clone()).or_default();
+        if let Some(set) = ports.get(&port_name.map(str::to_owned)) {
+            return set.clone();
+        }
         let keys = self.slices_by_service.get(service);
         let slices = keys
             .into_iter()
             .flatten()
             .filter_map(|key| self.snapshot.endpoint_slices.get(key));
-        ready_endpoints(slices, port_name)
+        let set = Arc::new(ready_endpoints(slices, port_name));
+        ports.insert(port_name.map(str::to_owned), set.clone());
+        set
     }
 
     fn upsert(&mut self, object: KubeObject) -> Effect {
@@ -264,6 +290,17 @@ impl ClusterState {
             services.insert(service);
         }
         services
+    }
+}
+
+impl EndpointResolver for ClusterState {
+    fn ready_endpoints(
+        &self,
+        namespace: &str,
+        service: &str,
+        port_name: Option<&str>,
+    ) -> Arc<EndpointSet> {
+        self.endpoints_of(&ObjectKey::new(namespace, service), port_name)
     }
 }
 

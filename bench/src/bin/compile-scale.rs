@@ -1,0 +1,129 @@
+//! Times compile() on a synthetic cluster: the cost of one recompile after an Ingress change.
+//!
+//! Usage: `cargo run --release -p sluice-bench --bin compile-scale -- [SERVICES...]`
+//! (default 1000 10000). For each scale it prints the median and p99 of 21 compiles, twice:
+//! computing every endpoint set from the EndpointSlices (the manifest source), and with endpoint
+//! sets cached between compiles (the Kubernetes source, whose cache drops a set only when that
+//! Service's slices change).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_bench::{cluster, percentiles, Scale};
+use sluice_config::{
+    compile_with, CompileOptions, EndpointResolver, KubeObject, SliceIndex, Snapshot,
+};
+use sluice_routing::EndpointSet;
+
+/// The same allocator as the sluice binary.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> anyhow::Result<()> {
+    let scales: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse())
+        .collect::<Result<_, _>>()?;
+    let scales = if scales.is_empty() {
+        vec![1_000, 10_000]
+    } else {
+        scales
+    };
+    println!("| Services = Ingresses | endpoints | endpoint sets | compile median | compile p99 |");
+    println!("|---|---|---|---|---|");
+    for services in scales {
+        let scale = Scale {
+            services,
+            endpoints_per_service: 10,
+        };
+        let snapshot = snapshot(&cluster(scale))?;
+        let slices = SliceIndex::new(&snapshot);
+        let cached = Cached {
+            slices: &slices,
+            sets: RefCell::default(),
+        };
+        for (label, resolver) in [
+            ("computed", &slices as &dyn EndpointResolver),
+            ("cached", &cached),
+        ] {
+            let (median, p99) = time_compiles(&snapshot, resolver, services)?;
+            println!(
+                "| {services} | {} | {label} | {:.2} ms | {:.2} ms |",
+                services * 10,
+                median * 1e3,
+                p99 * 1e3
+            );
+        }
+    }
+    Ok(())
+}
+
+fn time_compiles(
+    snapshot: &Snapshot,
+    resolver: &dyn EndpointResolver,
+    services: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let options = CompileOptions::default();
+    let mut samples = Vec::new();
+    for _ in 0..21 {
+        let started = Instant::now();
+        let compiled = compile_with(snapshot, &options, resolver);
+        samples.push(started.elapsed().as_secs_f64());
+        anyhow::ensure!(
+            compiled.table.backends().len() == services,
+            "every Service must become a backend"
+        );
+        anyhow::ensure!(
+            compiled.diagnostics.is_empty(),
+            "unexpected diagnostics: {:?}",
+            compiled.diagnostics.first()
+        );
+    }
+    Ok(percentiles(&mut samples))
+}
+
+/// Endpoint sets computed once and then shared, as the Kubernetes source's cache does.
+struct Cached<'a> {
+    slices: &'a SliceIndex<'a>,
+    sets: RefCell<HashMap<(String, String, Option<String>), Arc<EndpointSet>>>,
+}
+
+impl EndpointResolver for Cached<'_> {
+    fn ready_endpoints(
+        &self,
+        namespace: &str,
+        service: &str,
+        port_name: Option<&str>,
+    ) -> Arc<EndpointSet> {
+        let key = (
+            namespace.to_owned(),
+            service.to_owned(),
+            port_name.map(str::to_owned),
+        );
+        let mut sets = self.sets.borrow_mut();
+        sets.entry(key)
+            .or_insert_with(|| self.slices.ready_endpoints(namespace, service, port_name))
+            .clone()
+    }
+}
+
+fn snapshot(objects: &[serde_json::Value]) -> anyhow::Result<Snapshot> {
+    let mut snapshot = Snapshot::default();
+    for object in objects {
+        let typed = match object["kind"].as_str() {
+            Some("Ingress") => KubeObject::Ingress(serde_json::from_value(object.clone())?),
+            Some("IngressClass") => {
+                KubeObject::IngressClass(serde_json::from_value(object.clone())?)
+            }
+            Some("Service") => KubeObject::Service(serde_json::from_value(object.clone())?),
+            Some("EndpointSlice") => {
+                KubeObject::EndpointSlice(serde_json::from_value(object.clone())?)
+            }
+            other => anyhow::bail!("unexpected kind {other:?}"),
+        };
+        snapshot.insert(typed);
+    }
+    Ok(snapshot)
+}
