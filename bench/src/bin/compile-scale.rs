@@ -84,10 +84,13 @@ fn time_compiles(
     Ok(percentiles(&mut samples))
 }
 
+/// Namespace, Service name and port name.
+type ServicePort = (String, String, Option<String>);
+
 /// Endpoint sets computed once and then shared, as the Kubernetes source's cache does.
 struct Cached<'a> {
     slices: &'a SliceIndex<'a>,
-    sets: RefCell<HashMap<(String, String, Option<String>), Arc<EndpointSet>>>,
+    sets: RefCell<HashMap<ServicePort, Arc<EndpointSet>>>,
 }
 
 impl EndpointResolver for Cached<'_> {
