@@ -44,10 +44,14 @@ fn main() -> anyhow::Result<()> {
             slices: &slices,
             sets: RefCell::default(),
         };
+        let only = std::env::var("ONLY").ok();
         for (label, resolver) in [
             ("computed", &slices as &dyn EndpointResolver),
             ("cached", &cached),
         ] {
+            if only.as_deref().is_some_and(|only| only != label) {
+                continue;
+            }
             let (median, p99) = time_compiles(&snapshot, resolver, services)?;
             println!(
                 "| {services} | {} | {label} | {:.2} ms | {:.2} ms |",

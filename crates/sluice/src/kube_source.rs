@@ -95,7 +95,8 @@ impl KubeSource {
             if !self.state.synced() {
                 continue;
             }
-            if effect.recompile || !control.is_ready() {
+            let recompile = effect.recompile || !control.is_ready();
+            if recompile {
                 published = tokio::task::block_in_place(|| {
                     control.publish_with(self.state.snapshot(), &self.state, Vec::new())
                 });
@@ -110,7 +111,7 @@ impl KubeSource {
                     control.record_propagation(received, swapped);
                 }
             }
-            if effect.recompile || effect.ingress_status {
+            if recompile || effect.ingress_status {
                 self.queue_status_writes(&work, &published.served);
             }
         }

@@ -1,6 +1,7 @@
 //! Shared helpers for the end-to-end tests: run the real sluice binary on loopback, write manifests, wait for conditions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -28,31 +29,58 @@ pub fn free_port() -> u16 {
 impl Sluice {
     /// Starts `sluice serve --manifests dir` plus `extra` flags and waits for /readyz.
     pub async fn start(dir: &Path, extra: &[&str]) -> Self {
+        let mut args = vec![OsString::from("--manifests"), dir.as_os_str().to_owned()];
+        args.extend(extra.iter().map(OsString::from));
+        let sluice = Self::spawn(args, dir);
+        sluice.wait_ready(Duration::from_secs(20)).await;
+        sluice
+    }
+
+    /// Starts `sluice serve --kubernetes --kubeconfig FILE` plus `extra` flags and waits for
+    /// /readyz (every watch listed once).
+    pub async fn start_kubernetes(kubeconfig: &Path, extra: &[&str]) -> Self {
+        let mut args = vec![
+            OsString::from("--kubernetes"),
+            OsString::from("--kubeconfig"),
+            kubeconfig.as_os_str().to_owned(),
+        ];
+        args.extend(extra.iter().map(OsString::from));
+        let sluice = Self::spawn(args, kubeconfig.parent().unwrap_or(kubeconfig));
+        sluice.wait_ready(Duration::from_secs(30)).await;
+        sluice
+    }
+
+    fn spawn(source: Vec<OsString>, dir: &Path) -> Self {
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["serve", "--manifests"])
-            .arg(dir)
+            .arg("serve")
+            .args(source)
             .args([
                 "--listen",
                 &listen.to_string(),
                 "--admin",
                 &admin.to_string(),
             ])
-            .args(extra)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )
             .stdout(Stdio::null())
             .spawn()
             .expect("start sluice");
-        let sluice = Self {
+        Self {
             child,
             listen,
             admin,
             dir: dir.to_owned(),
-        };
+        }
+    }
+
+    async fn wait_ready(&self, limit: Duration) {
         let client = http_client();
-        let ready_url = format!("http://{admin}/readyz");
-        wait_until("sluice to be ready", Duration::from_secs(20), || {
+        let ready_url = format!("http://{}/readyz", self.admin);
+        wait_until("sluice to be ready", limit, || {
             let (client, url) = (client.clone(), ready_url.clone());
             async move {
                 get(&client, &url, "admin")
@@ -61,7 +89,36 @@ impl Sluice {
             }
         })
         .await;
-        sluice
+    }
+
+    /// The /api/status document.
+    pub async fn status(&self) -> serde_json::Value {
+        let reply = get(
+            &http_client(),
+            &format!("http://{}/api/status", self.admin),
+            "admin",
+        )
+        .await
+        .unwrap();
+        serde_json::from_str(&reply.body).unwrap()
+    }
+
+    /// The value of a Prometheus counter or gauge line, e.g. `sluice_table_publishes_total`.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let reply = get(
+            &http_client(),
+            &format!("http://{}/metrics", self.admin),
+            "admin",
+        )
+        .await
+        .unwrap();
+        let line = reply
+            .body
+            .lines()
+            .find(|line| line.starts_with(name) && line[name.len()..].starts_with(' '));
+        line.and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in {}", reply.body))
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -1,0 +1,418 @@
+//! End-to-end: `sluice serve --kubernetes` against the test API server, with real backends on loopback and constant load.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sluice_testapi::TestApiServer;
+use sluice_testkit::{get, http_client, EchoBackend, LoadRun};
+use support::{pod_ip, wait_until, Sluice};
+
+fn ingress(name: &str, host: &str, service: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"ingressClassName": "sluice", "rules": [{"host": host, "http": {"paths": [
+            {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": service, "port": {"name": "http"}}}}
+        ]}}]}
+    })
+}
+
+fn service(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "http", "port": 80}]}
+    })
+}
+
+/// One EndpointSlice per backend port number, as the EndpointSlice controller would split them.
+fn slice(service: &str, name: &str, pods: &[&EchoBackend]) -> Value {
+    let port = pods.first().map_or(8080, |p| p.addr().port());
+    let endpoints: Vec<Value> = pods
+        .iter()
+        .map(|p| json!({"addresses": [p.addr().ip().to_string()], "conditions": {"ready": true}}))
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": port}],
+        "endpoints": endpoints
+    })
+}
+
+/// Pods that share one port number, as pods behind one targetPort do.
+async fn pods(names: &[&str], first_ip: u8) -> Vec<EchoBackend> {
+    'attempt: for _ in 0..20 {
+        let first = EchoBackend::start(names[0], pod_ip(first_ip))
+            .await
+            .unwrap();
+        let port = first.addr().port();
+        let mut pods = vec![first];
+        for (offset, name) in names.iter().enumerate().skip(1) {
+            match EchoBackend::start_on(
+                name,
+                SocketAddr::new(pod_ip(first_ip + offset as u8), port),
+            )
+            .await
+            {
+                Ok(pod) => pods.push(pod),
+                Err(_) => continue 'attempt,
+            }
+        }
+        return pods;
+    }
+    panic!("no port free on all pod addresses");
+}
+
+struct Cluster {
+    api: TestApiServer,
+    _dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        let api = TestApiServer::start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig).unwrap();
+        Self {
+            api,
+            _dir: dir,
+            kubeconfig,
+        }
+    }
+
+    fn apply(&self, object: Value) {
+        self.api.apply(object).unwrap();
+    }
+}
+
+async fn body_of(sluice: &Sluice, host: &str) -> String {
+    match get(&http_client(), &sluice.url("/"), host).await {
+        Ok(reply) if reply.status == 200 => reply.body.trim().to_owned(),
+        Ok(reply) => format!("{} {}", reply.status, reply.body.trim()),
+        Err(error) => format!("error {error}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingress_created_through_the_api_serves_within_100_ms() {
+    let pods = pods(&["shop-1"], 100).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &["--namespace", "shop"]).await;
+    assert_eq!(
+        body_of(&sluice, "shop.test").await,
+        "404 Not Found 404 no route"
+    );
+
+    let created = Instant::now();
+    cluster.apply(ingress("web", "shop.test", "web"));
+    let client = http_client();
+    loop {
+        let reply = get(&client, &sluice.url("/"), "shop.test").await.unwrap();
+        if reply.status == 200 {
+            assert_eq!(reply.body, "shop-1\n");
+            break;
+        }
+        assert!(
+            created.elapsed() < Duration::from_secs(5),
+            "the Ingress never started serving"
+        );
+    }
+    let elapsed = created.elapsed();
+    eprintln!("Ingress created → first 200: {elapsed:?}");
+    assert!(elapsed < Duration::from_millis(100), "took {elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_endpoints_up_and_down_under_load_fails_no_request() {
+    let pods = pods(&["pod-a", "pod-b", "pod-c"], 110).await;
+    let [a, b, c] = [&pods[0], &pods[1], &pods[2]];
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[a]));
+    cluster.apply(ingress("web", "shop.test", "web"));
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
+    let publishes = sluice.metric("sluice_table_publishes_total").await;
+
+    let load = LoadRun::start(&sluice.url("/"), "shop.test", 4, Duration::from_secs(30));
+    for pods in [
+        vec![a, b, c],
+        vec![b, c],
+        vec![c],
+        vec![a, c],
+        vec![a, b, c],
+        vec![a],
+    ] {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cluster.apply(slice("web", "web-a", &pods));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let report = load.finish().await;
+
+    assert_eq!(
+        report.failed, 0,
+        "failed requests while scaling: {:?}",
+        report.failures
+    );
+    for pod in ["pod-a", "pod-b", "pod-c"] {
+        assert!(
+            report.by_backend.get(pod).copied().unwrap_or(0) > 0,
+            "{pod} got no traffic: {:?}",
+            report.by_backend
+        );
+    }
+    assert_eq!(
+        sluice.metric("sluice_table_publishes_total").await,
+        publishes,
+        "endpoint changes must not recompile"
+    );
+    let status = sluice.status().await;
+    assert!(status["propagations"].as_u64().unwrap() >= 6, "{status}");
+    let seconds = status["lastPropagation"]["seconds"].as_f64().unwrap();
+    assert!(seconds < 1.0, "propagation took {seconds} s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watches_and_expired_resource_versions_fail_no_request_and_never_flap() {
+    let pods = pods(&["steady"], 120).await;
+    let extra = pods_on_other_port("late", 121).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    cluster.apply(ingress("web", "shop.test", "web"));
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
+    let publishes = sluice.metric("sluice_table_publishes_total").await;
+    let propagations = sluice.status().await["propagations"].as_u64().unwrap();
+
+    let load = LoadRun::start(&sluice.url("/"), "shop.test", 4, Duration::from_secs(30));
+    for round in 0..3 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if round % 2 == 0 {
+            cluster.api.drop_watches();
+        } else {
+            cluster.api.expire_resource_versions();
+        }
+        assert!(
+            cluster
+                .api
+                .wait_for_open_watches(5, Duration::from_secs(10))
+                .await,
+            "watches must come back"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        sluice.metric("sluice_table_publishes_total").await,
+        publishes,
+        "re-lists of unchanged objects must not republish"
+    );
+    assert_eq!(
+        sluice.status().await["propagations"].as_u64().unwrap(),
+        propagations,
+        "re-lists must not touch endpoints"
+    );
+
+    // A change made between a 410 and the re-list still arrives.
+    cluster.api.expire_resource_versions();
+    cluster.apply(slice("web", "web-b", &[&extra]));
+    wait_until(
+        "the new endpoint to serve",
+        Duration::from_secs(10),
+        || async { body_of(&sluice, "shop.test").await == "late" },
+    )
+    .await;
+    let report = load.finish().await;
+    assert_eq!(
+        report.failed, 0,
+        "failed requests during watch faults: {:?}",
+        report.failures
+    );
+}
+
+/// One pod on its own port number (a second EndpointSlice of the same Service).
+async fn pods_on_other_port(name: &str, ip: u8) -> EchoBackend {
+    EchoBackend::start(name, pod_ip(ip)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_outage_of_30_seconds_fails_no_request_and_changes_apply_after() {
+    let pods = pods(&["before", "after"], 130).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    cluster.apply(ingress("web", "shop.test", "web"));
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
+
+    let load = LoadRun::start(&sluice.url("/"), "shop.test", 2, Duration::from_secs(120));
+    cluster
+        .api
+        .refuse_connections(Duration::from_secs(30))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.apply(slice("web", "web-a", &[&pods[1]]));
+    cluster.apply(ingress("more", "more.test", "web"));
+    let outage_ends = Instant::now() + Duration::from_secs(28);
+    while Instant::now() < outage_ends {
+        let ready = get(
+            &http_client(),
+            &format!("http://{}/readyz", sluice.admin),
+            "admin",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            ready.status, 200,
+            "readiness must stay green during the outage"
+        );
+        assert_eq!(
+            body_of(&sluice, "shop.test").await,
+            "before",
+            "the last good table keeps serving"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let status = sluice.status().await;
+    assert!(
+        status["watches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["phase"] == "retrying"),
+        "watches must report the outage: {status}"
+    );
+
+    wait_until(
+        "the changes made during the outage",
+        Duration::from_secs(75),
+        || async {
+            body_of(&sluice, "shop.test").await == "after"
+                && body_of(&sluice, "more.test").await == "after"
+        },
+    )
+    .await;
+    let report = load.finish().await;
+    assert_eq!(
+        report.failed, 0,
+        "failed requests during the outage: {:?}",
+        report.failures
+    );
+    let status = sluice.status().await;
+    let watches = status["watches"].as_array().unwrap();
+    for kind in ["Ingress", "EndpointSlice"] {
+        let watch = watches.iter().find(|w| w["kind"] == kind).unwrap();
+        assert_eq!(
+            watch["phase"], "synced",
+            "{kind} delivered events, so it is synced again: {status}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_status_is_written_once_and_never_loops() {
+    let pods = pods(&["pod"], 140).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    cluster.apply(ingress("web", "shop.test", "web"));
+    cluster.apply(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "sluice", "namespace": "sluice-system"},
+        "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.99", "ports": [{"port": 80}]},
+    }));
+    let sluice = Sluice::start_kubernetes(
+        &cluster.kubeconfig,
+        &["--publish-service", "sluice-system/sluice"],
+    )
+    .await;
+
+    let status_of = |cluster: &Cluster| {
+        cluster.api.get("Ingress", "shop", "web").unwrap()["status"]["loadBalancer"]["ingress"]
+            .clone()
+    };
+    wait_until("the Ingress status", Duration::from_secs(10), || async {
+        status_of(&cluster) == json!([{"ip": "10.96.0.99"}])
+    })
+    .await;
+
+    // The load balancer gets an address: the status follows.
+    let mut balancer = cluster
+        .api
+        .get("Service", "sluice-system", "sluice")
+        .unwrap();
+    balancer["status"] = json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}});
+    cluster.api.replace_status(balancer).unwrap();
+    wait_until("the new address", Duration::from_secs(10), || async {
+        status_of(&cluster) == json!([{"ip": "203.0.113.7"}])
+    })
+    .await;
+
+    let publishes = sluice.metric("sluice_table_publishes_total").await;
+    let version = cluster.api.resource_version();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        cluster.api.resource_version(),
+        version,
+        "sluice must stop writing once the status is right"
+    );
+    assert_eq!(
+        sluice.metric("sluice_table_publishes_total").await,
+        publishes,
+        "status writes must not republish"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leader_election_one_replica_holds_the_lease_and_writes_status() {
+    let pods = pods(&["pod"], 150).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    cluster.apply(ingress("web", "shop.test", "web"));
+    let flags = |identity: &'static str| {
+        [
+            "--publish-address",
+            "lb.example.com",
+            "--leader-elect",
+            "--leader-elect-namespace",
+            "sluice-system",
+            "--leader-elect-identity",
+            identity,
+        ]
+    };
+    let first = Sluice::start_kubernetes(&cluster.kubeconfig, &flags("replica-1")).await;
+    let second = Sluice::start_kubernetes(&cluster.kubeconfig, &flags("replica-2")).await;
+
+    wait_until("the Ingress status", Duration::from_secs(15), || async {
+        cluster.api.get("Ingress", "shop", "web").unwrap()["status"]["loadBalancer"]["ingress"]
+            == json!([{"hostname": "lb.example.com"}])
+    })
+    .await;
+    let lease = cluster
+        .api
+        .get("Lease", "sluice-system", "sluice-leader")
+        .expect("the Lease exists");
+    let holder = lease["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(holder == "replica-1" || holder == "replica-2", "{lease}");
+    for sluice in [&first, &second] {
+        assert_eq!(
+            body_of(sluice, "shop.test").await,
+            "pod",
+            "every replica proxies"
+        );
+    }
+}
