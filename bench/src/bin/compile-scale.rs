@@ -19,7 +19,7 @@ use sluice_routing::EndpointSet;
 
 /// The same allocator as the sluice binary.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> anyhow::Result<()> {
     let scales: Vec<usize> = std::env::args()
@@ -88,13 +88,11 @@ fn time_compiles(
     Ok(percentiles(&mut samples))
 }
 
-/// Namespace, Service name and port name.
-type ServicePort = (String, String, Option<String>);
-
-/// Endpoint sets computed once and then shared, as the Kubernetes source's cache does.
+/// Endpoint sets computed once and then shared, looked up without allocating, as the
+/// Kubernetes source's cache (`ClusterState`) does.
 struct Cached<'a> {
     slices: &'a SliceIndex<'a>,
-    sets: RefCell<HashMap<ServicePort, Arc<EndpointSet>>>,
+    sets: RefCell<HashMap<String, HashMap<String, Arc<EndpointSet>>>>,
 }
 
 impl EndpointResolver for Cached<'_> {
@@ -104,15 +102,18 @@ impl EndpointResolver for Cached<'_> {
         service: &str,
         port_name: Option<&str>,
     ) -> Arc<EndpointSet> {
-        let key = (
-            namespace.to_owned(),
-            service.to_owned(),
-            port_name.map(str::to_owned),
-        );
         let mut sets = self.sets.borrow_mut();
-        sets.entry(key)
-            .or_insert_with(|| self.slices.ready_endpoints(namespace, service, port_name))
-            .clone()
+        if let Some(set) = sets
+            .get(namespace)
+            .and_then(|services| services.get(service))
+        {
+            return set.clone();
+        }
+        let set = self.slices.ready_endpoints(namespace, service, port_name);
+        sets.entry(namespace.to_owned())
+            .or_default()
+            .insert(service.to_owned(), set.clone());
+        set
     }
 }
 

@@ -11,7 +11,7 @@ use serde::{Serialize, Serializer};
 /// Stable identity of a backend across compiles: `namespace/service:port`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
-pub struct BackendId(Box<str>);
+pub struct BackendId(Arc<str>);
 
 impl BackendId {
     /// `port` is the Service port as the Ingress names it: a number or a port name.

@@ -2,6 +2,8 @@
 
 use std::borrow::Cow;
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 /// Which request hosts a rule applies to.
@@ -10,9 +12,9 @@ pub enum HostMatch {
     /// A rule with no host: every request host.
     Any,
     /// One host name, lowercase.
-    Exact(Box<str>),
+    Exact(Arc<str>),
     /// `*.example.com`, stored as its lowercase suffix `example.com`: exactly one extra label.
-    Wildcard(Box<str>),
+    Wildcard(Arc<str>),
 }
 
 impl HostMatch {
@@ -21,8 +23,8 @@ impl HostMatch {
         match host.map(str::trim) {
             None | Some("") => Self::Any,
             Some(host) => match host.strip_prefix("*.") {
-                Some(suffix) => Self::Wildcard(suffix.to_ascii_lowercase().into()),
-                None => Self::Exact(host.to_ascii_lowercase().into()),
+                Some(suffix) => Self::Wildcard(lowercase(suffix)),
+                None => Self::Exact(lowercase(host)),
             },
         }
     }
@@ -44,6 +46,15 @@ impl std::fmt::Display for HostMatch {
             Self::Exact(name) => f.write_str(name),
             Self::Wildcard(suffix) => write!(f, "*.{suffix}"),
         }
+    }
+}
+
+/// A shared lowercase copy, made in one allocation when the name is already lowercase.
+fn lowercase(name: &str) -> Arc<str> {
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        name.to_ascii_lowercase().into()
+    } else {
+        name.into()
     }
 }
 

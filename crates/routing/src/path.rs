@@ -2,6 +2,8 @@
 
 use std::cmp::Ordering;
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 /// How a route's path compares with a request path.
@@ -20,7 +22,7 @@ pub enum PathKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct PathMatch {
     kind: PathKind,
-    path: Box<str>,
+    path: Arc<str>,
 }
 
 impl PathMatch {

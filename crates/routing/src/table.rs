@@ -1,5 +1,6 @@
 //! The routing table and its builder: host → ordered path routes → backend, plus a default backend.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -41,11 +42,14 @@ impl PathRoutes {
 /// the path wins, so a more specific host always beats a less specific one for the same path.
 #[derive(Debug, Default, PartialEq)]
 pub struct RoutingTable {
-    exact_hosts: HashMap<Box<str>, PathRoutes>,
-    wildcard_hosts: HashMap<Box<str>, PathRoutes>,
+    exact_hosts: HashMap<Arc<str>, PathRoutes>,
+    wildcard_hosts: HashMap<Arc<str>, PathRoutes>,
     any_host: PathRoutes,
     default_backend: Option<BackendIndex>,
+    /// Backends in the order the compiler added them (deterministic for a given snapshot).
     backends: Vec<Backend>,
+    /// Where each backend id sits in `backends`.
+    positions: HashMap<BackendId, BackendIndex>,
 }
 
 impl RoutingTable {
@@ -65,7 +69,7 @@ impl RoutingTable {
         self.backends.get(index.0)
     }
 
-    /// Every backend, sorted by id.
+    /// Every backend, in the order the compiler added them.
     pub fn backends(&self) -> &[Backend] {
         &self.backends
     }
@@ -76,8 +80,8 @@ impl RoutingTable {
 
     /// The backend with this id, if any route uses it.
     pub fn backend_by_id(&self, id: &BackendId) -> Option<&Backend> {
-        let position = self.backends.binary_search_by(|b| b.id().cmp(id)).ok()?;
-        self.backends.get(position)
+        let position = self.positions.get(id)?;
+        self.backends.get(position.0)
     }
 
     pub fn default_backend(&self) -> Option<&Backend> {
@@ -105,7 +109,8 @@ impl RoutingTable {
 /// Collects backends and routes, then sorts everything into a [`RoutingTable`].
 #[derive(Debug, Default)]
 pub struct TableBuilder {
-    backends: BTreeMap<BackendId, Backend>,
+    backends: Vec<Backend>,
+    positions: HashMap<BackendId, BackendIndex>,
     routes: Vec<(HostMatch, PathMatch, BackendId, Arc<str>)>,
     default_backend: Option<BackendId>,
 }
@@ -118,11 +123,14 @@ impl TableBuilder {
     /// Adds a backend; a second backend with the same id is ignored (the compiler builds one
     /// per id).
     pub fn add_backend(&mut self, backend: Backend) {
-        self.backends.entry(backend.id().clone()).or_insert(backend);
+        if let Entry::Vacant(vacant) = self.positions.entry(backend.id().clone()) {
+            vacant.insert(BackendIndex(self.backends.len()));
+            self.backends.push(backend);
+        }
     }
 
     pub fn has_backend(&self, id: &BackendId) -> bool {
-        self.backends.contains_key(id)
+        self.positions.contains_key(id)
     }
 
     /// Adds a route to a backend added with [`Self::add_backend`]; routes to unknown backends
@@ -142,12 +150,7 @@ impl TableBuilder {
     }
 
     pub fn build(self) -> RoutingTable {
-        let index_of: HashMap<&BackendId, BackendIndex> = self
-            .backends
-            .keys()
-            .enumerate()
-            .map(|(position, id)| (id, BackendIndex(position)))
-            .collect();
+        let index_of = &self.positions;
         let mut table = RoutingTable {
             default_backend: self
                 .default_backend
@@ -180,8 +183,8 @@ impl TableBuilder {
                 .0
                 .sort_by(|a, b| a.path.cmp(&b.path).then_with(|| a.ingress.cmp(&b.ingress)));
         }
-        drop(index_of);
-        table.backends = self.backends.into_values().collect();
+        table.backends = self.backends;
+        table.positions = self.positions;
         table
     }
 }

@@ -13,10 +13,11 @@ use clap::Parser;
 
 use cli::{Cli, Command};
 
-/// mimalloc: compiles at cluster scale allocate and free hundreds of thousands of small objects,
-/// which glibc's allocator serves markedly slower (see docs/benchmarks.md).
+/// jemalloc: compiles at cluster scale allocate and free hundreds of thousands of small objects;
+/// glibc's allocator serves them markedly slower, and mimalloc holds on to more memory (see
+/// docs/benchmarks.md for the comparison).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();

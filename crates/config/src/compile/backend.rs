@@ -1,7 +1,7 @@
 //! Backend resolution: from an Ingress's Service reference to a backend with its mode and endpoints.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::uri::Authority;
@@ -41,6 +41,26 @@ impl EndpointResolver for SliceIndex<'_> {
             self.slices(namespace, service).iter().copied(),
             port_name,
         ))
+    }
+}
+
+/// Services by namespace and name, built once per compile so a lookup allocates no key.
+pub(super) struct ServiceIndex<'a>(HashMap<&'a str, HashMap<&'a str, &'a Service>>);
+
+impl<'a> ServiceIndex<'a> {
+    pub(super) fn new(snapshot: &'a Snapshot) -> Self {
+        let mut index: HashMap<&str, HashMap<&str, &Service>> = HashMap::new();
+        for (key, service) in &snapshot.services {
+            index
+                .entry(key.namespace.as_str())
+                .or_default()
+                .insert(key.name.as_str(), service);
+        }
+        Self(index)
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<&'a Service> {
+        self.0.get(namespace)?.get(name).copied()
     }
 }
 
@@ -84,7 +104,7 @@ pub struct EndpointSource {
 /// For every Service, the backends fed by its EndpointSlices: what an EndpointSlice change must
 /// recompute, without a recompile.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EndpointSources(BTreeMap<ObjectKey, Vec<EndpointSource>>);
+pub struct EndpointSources(HashMap<ObjectKey, Vec<EndpointSource>>);
 
 impl EndpointSources {
     /// The backends fed by the Service `service` (namespace/name).
@@ -140,7 +160,7 @@ pub(super) struct BackendSink<'a> {
 /// Resolves a Service reference and adds its backend to the table builder (once per id).
 /// Returns the backend id, or `None` when the reference names no port at all.
 pub(super) fn resolve(
-    snapshot: &Snapshot,
+    services: &ServiceIndex<'_>,
     endpoints: &dyn EndpointResolver,
     reference: &ServiceReference<'_>,
     sink: BackendSink<'_>,
@@ -159,8 +179,7 @@ pub(super) fn resolve(
     } = *reference;
     let port_text = port_text(reference, diagnostics)?;
     let service_ref = || ObjectRef::new("Service", Some(namespace), &target.name);
-    let service_key = ObjectKey::new(namespace, &target.name);
-    let Some(service) = snapshot.services.get(&service_key) else {
+    let Some(service) = services.get(namespace, &target.name) else {
         diagnostics.error(
             ingress,
             field.at(".service.name"),
@@ -241,7 +260,7 @@ pub(super) fn resolve(
             backend: id.clone(),
             port_name: port.name.clone().filter(|name| !name.is_empty()),
         };
-        endpoint_sources.add(service_key, source);
+        endpoint_sources.add(ObjectKey::new(namespace, &target.name), source);
     }
     Some(id)
 }

@@ -12,7 +12,7 @@ use sluice_routing::{BackendId, HostMatch, PathMatch, RoutingTable, TableBuilder
 use crate::annotations::ingress_annotations;
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
-use backend::{resolve, BackendField, BackendSink, ServiceReference};
+use backend::{resolve, BackendField, BackendSink, ServiceIndex, ServiceReference};
 
 pub use backend::{
     ready_endpoints, EndpointResolver, EndpointSource, EndpointSources, SliceIndex,
@@ -63,7 +63,7 @@ pub fn compile_with(
     endpoints: &dyn EndpointResolver,
 ) -> Compiled {
     let mut compiler = Compiler {
-        snapshot,
+        services: ServiceIndex::new(snapshot),
         endpoints,
         builder: TableBuilder::new(),
         diagnostics: Diagnostics::default(),
@@ -115,7 +115,7 @@ fn oldest_first(snapshot: &Snapshot) -> Vec<(&ObjectKey, &Ingress)> {
 }
 
 struct Compiler<'a> {
-    snapshot: &'a Snapshot,
+    services: ServiceIndex<'a>,
     endpoints: &'a dyn EndpointResolver,
     builder: TableBuilder,
     diagnostics: Diagnostics,
@@ -296,7 +296,7 @@ impl Compiler<'_> {
             endpoint_sources: &mut self.endpoint_sources,
             diagnostics: &mut self.diagnostics,
         };
-        resolve(self.snapshot, self.endpoints, &reference, sink)
+        resolve(&self.services, self.endpoints, &reference, sink)
     }
 
     /// Claims host + path for this Ingress; a later (younger) claim loses with a diagnostic.

@@ -37,26 +37,31 @@ impl Effect {
 }
 
 /// The snapshot the watches build, plus the bookkeeping that makes updates cheap and re-lists
-/// flap-free.
+/// flap-free. It is also the compile's [`EndpointResolver`]: endpoint sets stay cached until their
+/// Service's slices change.
 #[derive(Debug, Default)]
 pub struct ClusterState {
     snapshot: Snapshot,
-    /// Objects of a re-list in progress, per watch: swapped in whole at `InitDone`, so a
-    /// re-list never shows a moment with the objects missing.
-    relists: HashMap<WatchId, Vec<KubeObject>>,
+    /// Keys seen by a list in progress, per watch. Listed objects are applied as they arrive
+    /// (an unchanged one has no effect); objects the list did not return are removed only at
+    /// `InitDone`, so a re-list never shows a moment with objects missing.
+    relists: HashMap<WatchId, BTreeSet<ObjectKey>>,
     /// Which watches have completed a list at least once.
     synced: BTreeSet<WatchId>,
     /// EndpointSlice keys per Service, so one Service's endpoints are found without a scan.
     slices_by_service: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
     /// Ready endpoints per Service and port name, computed on first use and dropped when the
     /// Service's slices change: a recompile reuses every set whose slices did not change.
-    endpoint_cache: RefCell<HashMap<ObjectKey, EndpointSetsByPort>>,
+    endpoint_cache: RefCell<EndpointCache>,
     /// What each watch covers, by [`WatchId`].
     scopes: Vec<WatchScope>,
 }
 
 /// A Service's cached endpoint sets, by port name (`None` for an unnamed port).
-type EndpointSetsByPort = HashMap<Option<String>, Arc<EndpointSet>>;
+type EndpointSetsByPort = Vec<(Option<String>, Arc<EndpointSet>)>;
+
+/// Namespace → Service name → its endpoint sets: looked up by `&str`, so a hit allocates nothing.
+type EndpointCache = HashMap<String, HashMap<String, EndpointSetsByPort>>;
 
 /// The kind and namespace one watch covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +102,9 @@ impl ClusterState {
         let effect = self.apply_event(event);
         let cache = self.endpoint_cache.get_mut();
         for service in &effect.services {
-            cache.remove(service);
+            if let Some(services) = cache.get_mut(&service.namespace) {
+                services.remove(&service.name);
+            }
         }
         effect
     }
@@ -110,36 +117,57 @@ impl ClusterState {
             }
             Event::Delete(object) => self.delete(&object),
             Event::Init => {
-                self.relists.insert(event.watch, Vec::new());
+                self.relists.insert(event.watch, BTreeSet::new());
                 Effect::default()
             }
             Event::InitApply(mut object) => {
                 trim(&mut object);
-                self.relists.entry(event.watch).or_default().push(object);
-                Effect::default()
+                let key = ObjectKey::of(object.metadata());
+                self.relists.entry(event.watch).or_default().insert(key);
+                self.upsert(object)
             }
             Event::InitDone => {
                 self.synced.insert(event.watch);
-                let objects = self.relists.remove(&event.watch).unwrap_or_default();
-                self.replace_listed(event.watch, objects)
+                let listed = self.relists.remove(&event.watch).unwrap_or_default();
+                self.remove_unlisted(event.watch, &listed)
             }
         }
     }
 
     /// The ready endpoints of a Service's slices for one port name (cached until they change).
     pub fn endpoints_of(&self, service: &ObjectKey, port_name: Option<&str>) -> Arc<EndpointSet> {
+        self.cached_endpoints(&service.namespace, &service.name, port_name)
+    }
+
+    fn cached_endpoints(
+        &self,
+        namespace: &str,
+        service: &str,
+        port_name: Option<&str>,
+    ) -> Arc<EndpointSet> {
         let mut cache = self.endpoint_cache.borrow_mut();
-        let ports = cache.entry(service.clone()).or_default();
-        if let Some(set) = ports.get(&port_name.map(str::to_owned)) {
+        let ports = cache
+            .get(namespace)
+            .and_then(|services| services.get(service));
+        if let Some((_, set)) =
+            ports.and_then(|ports| ports.iter().find(|(name, _)| name.as_deref() == port_name))
+        {
             return set.clone();
         }
-        let keys = self.slices_by_service.get(service);
+        let keys = self
+            .slices_by_service
+            .get(&ObjectKey::new(namespace, service));
         let slices = keys
             .into_iter()
             .flatten()
             .filter_map(|key| self.snapshot.endpoint_slices.get(key));
         let set = Arc::new(ready_endpoints(slices, port_name));
-        ports.insert(port_name.map(str::to_owned), set.clone());
+        let ports = cache
+            .entry(namespace.to_owned())
+            .or_default()
+            .entry(service.to_owned())
+            .or_default();
+        ports.push((port_name.map(str::to_owned), set.clone()));
         set
     }
 
@@ -165,9 +193,8 @@ impl ClusterState {
                 }
             }
             KubeObject::Ingress(ingress) => {
-                let previous = self.snapshot.ingresses.insert(key, ingress.clone());
-                match previous {
-                    Some(previous) if previous == ingress => Effect::default(),
+                let effect = match self.snapshot.ingresses.get(&key) {
+                    Some(previous) if *previous == ingress => return Effect::default(),
                     Some(previous)
                         if previous.spec == ingress.spec
                             && previous.metadata == ingress.metadata =>
@@ -178,7 +205,9 @@ impl ClusterState {
                         }
                     }
                     _ => recompile(),
-                }
+                };
+                self.snapshot.ingresses.insert(key, ingress);
+                effect
             }
             other => {
                 let changed = !self.contains_equal(&other);
@@ -220,16 +249,12 @@ impl ClusterState {
         }
     }
 
-    /// Replaces every object of the watch's kind and scope with a completed list: objects gone
-    /// from the list are removed, the rest upserted, so only real differences have an effect.
-    fn replace_listed(&mut self, watch: WatchId, objects: Vec<KubeObject>) -> Effect {
+    /// After a completed list: removes the objects of the watch's kind and scope that the list
+    /// did not return (deleted while the watch was away).
+    fn remove_unlisted(&mut self, watch: WatchId, listed: &BTreeSet<ObjectKey>) -> Effect {
         let Some(scope) = self.scopes.get(watch.0).cloned() else {
             return Effect::default();
         };
-        let listed: BTreeSet<ObjectKey> = objects
-            .iter()
-            .map(|o| ObjectKey::of(o.metadata()))
-            .collect();
         let stale: Vec<ObjectKey> = self
             .keys_of(scope.kind)
             .filter(|key| scope.covers(key) && !listed.contains(key))
@@ -237,9 +262,6 @@ impl ClusterState {
         let mut effect = Effect::default();
         for key in stale {
             effect.merge(self.remove(scope.kind, &key));
-        }
-        for object in objects {
-            effect.merge(self.upsert(object));
         }
         effect
     }
@@ -300,7 +322,7 @@ impl EndpointResolver for ClusterState {
         service: &str,
         port_name: Option<&str>,
     ) -> Arc<EndpointSet> {
-        self.endpoints_of(&ObjectKey::new(namespace, service), port_name)
+        self.cached_endpoints(namespace, service, port_name)
     }
 }
 
