@@ -243,7 +243,7 @@ async fn discovery_describes_the_served_resources() {
         ["patch"];
     assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Ingress");
 
-    let (status, body) = http.get("/apis/apps/v1").await;
+    let (status, body) = http.get("/apis/batch/v1").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_status(&body, 404, "NotFound");
     let (status, body) = http.get("/api/v1/pods").await;
