@@ -6,8 +6,8 @@
 //! sets cached between compiles (the Kubernetes source, whose cache drops a set only when that
 //! Service's slices change).
 
+use hashbrown::HashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 

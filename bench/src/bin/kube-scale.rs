@@ -306,7 +306,9 @@ impl Sluice {
             if Instant::now() > deadline {
                 bail!("sluice's status never showed the change: {status}");
             }
-            tokio::time::sleep(Duration::from_micros(500)).await;
+            // Poll gently: sluice reports its own timings, and a busy poller would steal the CPU
+            // it is timing.
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 

@@ -1,7 +1,9 @@
 //! The routing table and its builder: host → ordered path routes → backend, plus a default backend.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use hashbrown::hash_map::Entry;
+use hashbrown::HashMap;
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendId};

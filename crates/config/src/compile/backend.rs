@@ -1,7 +1,7 @@
 //! Backend resolution: from an Ingress's Service reference to a backend with its mode and endpoints.
 
+use hashbrown::HashMap;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::uri::Authority;

@@ -1,7 +1,9 @@
 //! The cluster state: applies watch events to the snapshot and says what each one changed — a recompile, some Services' endpoints, or only an Ingress status.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use hashbrown::HashMap;
 use std::sync::Arc;
 
 use kube::runtime::watcher::Event;
