@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::snapshot::ObjectKey;
+
 /// How much a diagnostic matters. `sluice check` fails on any `Error`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -37,6 +39,11 @@ impl ObjectRef {
             Some(namespace) => Self(format!("{kind} {namespace}/{name}")),
             None => Self(format!("{kind} {name}")),
         }
+    }
+
+    /// `Ingress namespace/name`.
+    pub fn ingress(key: &ObjectKey) -> Self {
+        Self::new("Ingress", Some(&key.namespace), &key.name)
     }
 
     pub fn as_str(&self) -> &str {

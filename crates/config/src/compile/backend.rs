@@ -145,7 +145,7 @@ pub(super) struct ServiceReference<'a> {
     pub namespace: &'a str,
     pub service: &'a IngressServiceBackend,
     pub field: BackendField,
-    pub ingress: &'a ObjectRef,
+    pub ingress: &'a ObjectKey,
     /// The Ingress carries a service-upstream annotation.
     pub service_upstream: bool,
 }
@@ -181,7 +181,7 @@ pub(super) fn resolve(
     let service_ref = || ObjectRef::new("Service", Some(namespace), &target.name);
     let Some(service) = services.get(namespace, &target.name) else {
         diagnostics.error(
-            ingress,
+            &ObjectRef::ingress(ingress),
             field.at(".service.name"),
             format!(
                 "Service {namespace}/{} not found; requests to this backend answer 503",
@@ -211,7 +211,7 @@ pub(super) fn resolve(
     let id = backend_id(namespace, &target.name, &port_text, mode);
     let Some(port) = find_port(service, reference) else {
         diagnostics.error(
-            ingress,
+            &ObjectRef::ingress(ingress),
             field.at(".service.port"),
             format!(
                 "Service {namespace}/{} has no port {port_text} (it has: {}); requests to this backend answer 503",
@@ -227,7 +227,7 @@ pub(super) fn resolve(
     let new_backend = !builder.has_backend(&id);
     if new_backend || mode == BackendMode::ServiceUpstream {
         let upstream_object = if reference.service_upstream {
-            ingress.clone()
+            ObjectRef::ingress(ingress)
         } else {
             service_ref()
         };
@@ -289,7 +289,7 @@ fn port_text<'r>(
         (None, Some(name)) if !name.is_empty() => Some(Cow::Borrowed(name)),
         _ => {
             diagnostics.error(
-                reference.ingress,
+                &ObjectRef::ingress(reference.ingress),
                 reference.field.at(".service.port"),
                 "must set number or name; route dropped",
             );

@@ -4,7 +4,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 
 use crate::annotations::{is_default_class, IngressAnnotations, INGRESS_CLASS};
 use crate::diagnostic::{Diagnostics, ObjectRef};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ObjectKey, Snapshot};
 
 /// The `spec.controller` value of IngressClasses that sluice implements.
 pub const CONTROLLER: &str = "sluice.dev/ingress-controller";
@@ -51,7 +51,7 @@ impl<'a> ClassFilter<'a> {
         &self,
         ingress: &Ingress,
         annotations: &IngressAnnotations,
-        object: &ObjectRef,
+        key: &ObjectKey,
         diagnostics: &mut Diagnostics,
     ) -> bool {
         let spec_class = ingress
@@ -62,7 +62,7 @@ impl<'a> ClassFilter<'a> {
         if let (Some(spec), Some(legacy)) = (spec_class, legacy_class) {
             if spec != legacy {
                 diagnostics.warning(
-                    object,
+                    &ObjectRef::ingress(key),
                     format!("metadata.annotations[{INGRESS_CLASS}]"),
                     format!("ignored: spec.ingressClassName {spec:?} takes precedence over the legacy annotation {legacy:?}"),
                 );
@@ -77,7 +77,7 @@ impl<'a> ClassFilter<'a> {
                     format!("metadata.annotations[{INGRESS_CLASS}]")
                 };
                 diagnostics.info(
-                    object,
+                    &ObjectRef::ingress(key),
                     field,
                     format!(
                         "class {class:?} is not {:?}; not served by this sluice",
@@ -89,7 +89,7 @@ impl<'a> ClassFilter<'a> {
             None if self.serve_classless => true,
             None => {
                 diagnostics.warning(
-                    object,
+                    &ObjectRef::ingress(key),
                     "spec.ingressClassName",
                     format!(
                         "no ingress class and no default IngressClass for {CONTROLLER}; not served (set spec.ingressClassName: {}, mark an IngressClass as default, or pass --watch-ingress-without-class)",

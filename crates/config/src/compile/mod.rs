@@ -9,7 +9,7 @@ use std::sync::Arc;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use sluice_routing::{BackendId, HostMatch, PathMatch, RoutingTable, TableBuilder};
 
-use crate::annotations::ingress_annotations;
+use crate::annotations::{ingress_annotations, IngressAnnotations};
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
 use backend::{resolve, BackendField, BackendSink, ServiceIndex, ServiceReference};
@@ -80,18 +80,20 @@ pub fn compile_with(
         &mut compiler.diagnostics,
     );
     for (key, ingress) in oldest_first(snapshot) {
-        let object = ObjectRef::new("Ingress", Some(&key.namespace), &key.name);
         // Annotation findings only matter for Ingresses this sluice serves: an nginx Ingress
         // left in place during a migration should not flood the report.
         let mut annotation_diagnostics = Diagnostics::default();
-        let annotations = ingress_annotations(
-            ingress.metadata.annotations.as_ref(),
-            &object,
-            &mut annotation_diagnostics,
-        );
-        if classes.serves(ingress, &annotations, &object, &mut compiler.diagnostics) {
+        let annotations = match ingress.metadata.annotations.as_ref() {
+            Some(annotations) => ingress_annotations(
+                Some(annotations),
+                &ObjectRef::ingress(key),
+                &mut annotation_diagnostics,
+            ),
+            None => IngressAnnotations::default(),
+        };
+        if classes.serves(ingress, &annotations, key, &mut compiler.diagnostics) {
             compiler.diagnostics.append(annotation_diagnostics);
-            compiler.add_ingress(key, ingress, object, annotations.service_upstream);
+            compiler.add_ingress(key, ingress, annotations.service_upstream);
             served.push(key.clone());
         }
     }
@@ -122,8 +124,9 @@ struct Compiler<'a> {
     /// Which Ingress (index into `owners`) owns each host + path, for conflict reports.
     claimed: HashMap<(HostMatch, PathMatch), usize>,
     /// Every served Ingress, in the order they were added (oldest first).
-    owners: Vec<ObjectRef>,
-    default_backend_owner: Option<ObjectRef>,
+    owners: Vec<&'a ObjectKey>,
+    /// Index into `owners` of the Ingress whose defaultBackend serves.
+    default_backend_owner: Option<usize>,
     endpoint_sources: EndpointSources,
 }
 
@@ -137,15 +140,14 @@ struct Current<'a> {
     service_upstream: bool,
 }
 
-impl Compiler<'_> {
-    fn add_ingress(
-        &mut self,
-        key: &ObjectKey,
-        ingress: &Ingress,
-        object: ObjectRef,
-        service_upstream: bool,
-    ) {
-        self.owners.push(object);
+impl<'a> Compiler<'a> {
+    /// The Ingress at `owner`, as diagnostics name it (built only when one is reported).
+    fn owner(&self, owner: usize) -> ObjectRef {
+        ObjectRef::ingress(self.owners[owner])
+    }
+
+    fn add_ingress(&mut self, key: &'a ObjectKey, ingress: &Ingress, service_upstream: bool) {
+        self.owners.push(key);
         let current = Current {
             key,
             owner: self.owners.len() - 1,
@@ -154,7 +156,7 @@ impl Compiler<'_> {
         };
         let Some(spec) = ingress.spec.as_ref() else {
             self.diagnostics.error(
-                &self.owners[current.owner],
+                &self.owner(current.owner),
                 "spec",
                 "missing; nothing to serve",
             );
@@ -170,7 +172,7 @@ impl Compiler<'_> {
             let Some(http) = &rule.http else {
                 let field = format!("spec.rules[{rule_index}].http");
                 self.diagnostics.warning(
-                    &self.owners[current.owner],
+                    &self.owner(current.owner),
                     field,
                     "missing; rule has no paths and is ignored",
                 );
@@ -202,20 +204,19 @@ impl Compiler<'_> {
     }
 
     fn add_default_backend(&mut self, current: &Current<'_>, backend: &IngressBackend) {
-        let object = &self.owners[current.owner];
-        if let Some(owner) = &self.default_backend_owner {
+        if let Some(owner) = self.default_backend_owner {
+            let winner = self.owners[owner];
             let message = format!(
-                "ignored: Ingress {} is older and its defaultBackend wins",
-                owner.as_str().trim_start_matches("Ingress ")
+                "ignored: Ingress {}/{} is older and its defaultBackend wins",
+                winner.namespace, winner.name
             );
             self.diagnostics
-                .warning(object, "spec.defaultBackend", message);
+                .warning(&self.owner(current.owner), "spec.defaultBackend", message);
             return;
         }
-        let object = object.clone();
         if let Some(id) = self.backend_of(backend, current, BackendField::Default) {
             self.builder.set_default_backend(id);
-            self.default_backend_owner = Some(object);
+            self.default_backend_owner = Some(current.owner);
         }
     }
 
@@ -231,7 +232,7 @@ impl Compiler<'_> {
         if !text.is_empty() && !valid {
             let message = format!("{text:?} is not a valid host (a DNS name, optionally starting with \"*.\"); rule dropped");
             self.diagnostics.error(
-                &self.owners[owner],
+                &self.owner(owner),
                 format!("spec.rules[{rule}].host"),
                 message,
             );
@@ -248,11 +249,10 @@ impl Compiler<'_> {
         owner: usize,
     ) -> Option<PathMatch> {
         let path = path.unwrap_or("/");
-        let object = &self.owners[owner];
         if !path.starts_with('/') {
             let message = format!("{path:?} must start with \"/\"; path dropped");
             self.diagnostics
-                .error(object, path_field(field, ".path"), message);
+                .error(&self.owner(owner), path_field(field, ".path"), message);
             return None;
         }
         match path_type {
@@ -261,7 +261,7 @@ impl Compiler<'_> {
             other => {
                 let message = format!("{other:?} is not a pathType (Exact, Prefix or ImplementationSpecific); path dropped");
                 self.diagnostics
-                    .error(object, path_field(field, ".pathType"), message);
+                    .error(&self.owner(owner), path_field(field, ".pathType"), message);
                 None
             }
         }
@@ -273,22 +273,24 @@ impl Compiler<'_> {
         current: &Current<'_>,
         field: BackendField,
     ) -> Option<BackendId> {
-        let object = &self.owners[current.owner];
         let Some(service) = &backend.service else {
             let what = if backend.resource.is_some() {
                 "resource backends are not supported"
             } else {
                 "no service"
             };
-            self.diagnostics
-                .error(object, field.at(""), format!("{what}; route dropped"));
+            self.diagnostics.error(
+                &self.owner(current.owner),
+                field.at(""),
+                format!("{what}; route dropped"),
+            );
             return None;
         };
         let reference = ServiceReference {
             namespace: &current.key.namespace,
             service,
             field,
-            ingress: object,
+            ingress: self.owners[current.owner],
             service_upstream: current.service_upstream,
         };
         let sink = BackendSink {
@@ -315,7 +317,7 @@ impl Compiler<'_> {
         let holder = if first == owner {
             "an earlier rule of this Ingress".to_owned()
         } else {
-            format!("{}, which is older", self.owners[first])
+            format!("{}, which is older", self.owner(first))
         };
         let message = format!(
             "duplicate of host {host} path {} ({:?}) already served by {holder}; ignored",
@@ -323,7 +325,7 @@ impl Compiler<'_> {
             path.kind()
         );
         self.diagnostics
-            .warning(&self.owners[owner], path_field(field, ""), message);
+            .warning(&self.owner(owner), path_field(field, ""), message);
         false
     }
 }
