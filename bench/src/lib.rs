@@ -85,3 +85,16 @@ pub fn percentiles(samples: &mut [f64]) -> (f64, f64) {
     };
     (at(0.5), at(0.99))
 }
+
+/// The scales (numbers of Services) named on the command line, else 1,000 and 10,000.
+pub fn scales_from_args() -> Result<Vec<usize>, std::num::ParseIntError> {
+    let scales: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse())
+        .collect::<Result<_, _>>()?;
+    Ok(if scales.is_empty() {
+        vec![1_000, 10_000]
+    } else {
+        scales
+    })
+}

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_bench::{cluster, percentiles, Scale};
+use sluice_bench::{cluster, percentiles, scales_from_args, Scale};
 use sluice_config::{
     compile_with, CompileOptions, EndpointResolver, KubeObject, SliceIndex, Snapshot,
 };
@@ -22,15 +22,7 @@ use sluice_routing::EndpointSet;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> anyhow::Result<()> {
-    let scales: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse())
-        .collect::<Result<_, _>>()?;
-    let scales = if scales.is_empty() {
-        vec![1_000, 10_000]
-    } else {
-        scales
-    };
+    let scales = scales_from_args()?;
     println!("| Services = Ingresses | endpoints | endpoint sets | compile median | compile p99 |");
     println!("|---|---|---|---|---|");
     for services in scales {

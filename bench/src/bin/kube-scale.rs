@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
-use sluice_bench::{cluster, endpoint_slice, ingress, percentiles, Scale, NAMESPACE};
+use sluice_bench::{
+    cluster, endpoint_slice, ingress, percentiles, scales_from_args, Scale, NAMESPACE,
+};
 use sluice_testapi::TestApiServer;
 use sluice_testkit::{get, http_client, EchoBackend};
 
@@ -30,15 +32,7 @@ const RECOMPILES: usize = 20;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let scales: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse())
-        .collect::<Result<_, _>>()?;
-    let scales = if scales.is_empty() {
-        vec![1_000, 10_000]
-    } else {
-        scales
-    };
+    let scales = scales_from_args()?;
     let binary = std::env::var("SLUICE_BIN").unwrap_or_else(|_| "target/release/sluice".to_owned());
     anyhow::ensure!(
         Path::new(&binary).exists(),

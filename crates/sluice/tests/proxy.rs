@@ -24,6 +24,22 @@ async fn pods(names: &[&str], first_ip: u8) -> Vec<EchoBackend> {
     pods
 }
 
+/// One pod named `name` behind a catch-all Ingress, and sluice serving it.
+async fn one_pod_behind_sluice(
+    name: &str,
+    ip: u8,
+) -> (Vec<EchoBackend>, tempfile::TempDir, Sluice) {
+    let pod = pods(&[name], ip).await;
+    let dir = tempfile::tempdir().unwrap();
+    let documents = [
+        ingress("echo", "", &[("/", "Prefix", "echo", 80)]),
+        service("echo", 80, &addrs(&pod)),
+    ];
+    write_manifest(dir.path(), "echo.yaml", &documents);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    (pod, dir, sluice)
+}
+
 fn addrs(pods: &[EchoBackend]) -> Vec<std::net::SocketAddr> {
     pods.iter().map(EchoBackend::addr).collect()
 }
@@ -194,17 +210,7 @@ async fn answers_404_503_502_and_504_with_short_bodies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwards_the_raw_target_and_strips_hop_by_hop_headers() {
-    let echo = pods(&["echo"], 30).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "echo.yaml",
-        &[
-            ingress("echo", "", &[("/", "Prefix", "echo", 80)]),
-            service("echo", 80, &addrs(&echo)),
-        ],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+    let (_echo, _dir, sluice) = one_pod_behind_sluice("echo", 30).await;
 
     let target = "/raw/%2F%2e%2E/a//b;p=1?q=%20x&y=1+2&&z=%zz";
     let request = format!(
@@ -252,17 +258,7 @@ async fn forwards_the_raw_target_and_strips_hop_by_hop_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_an_error_and_sluice_keeps_serving() {
-    let echo = pods(&["survivor"], 31).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "echo.yaml",
-        &[
-            ingress("echo", "", &[("/", "Prefix", "echo", 80)]),
-            service("echo", 80, &addrs(&echo)),
-        ],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+    let (_echo, _dir, sluice) = one_pod_behind_sluice("survivor", 31).await;
 
     let garbage = [
         "GARBAGE\r\n\r\n",
