@@ -416,3 +416,33 @@ async fn with_leader_election_one_replica_holds_the_lease_and_writes_status() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_object_becomes_a_diagnostic_and_blocks_nothing() {
+    let pods = pods(&["good"], 160).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    cluster.apply(ingress("web", "shop.test", "web"));
+    let mut broken = ingress("broken", "broken.test", "missing");
+    broken["spec"]["rules"][0]["http"]["paths"][0]["pathType"] = json!("Regex");
+    cluster.apply(broken);
+    cluster.apply(ingress("dangling", "dangling.test", "missing"));
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
+
+    assert_eq!(body_of(&sluice, "shop.test").await, "good");
+    assert_eq!(
+        body_of(&sluice, "dangling.test").await,
+        "503 Service Unavailable 503 no endpoints available"
+    );
+    let diagnostics = sluice.routes().await["diagnostics"].to_string();
+    assert!(
+        diagnostics.contains("Ingress shop/broken") && diagnostics.contains("not a pathType"),
+        "{diagnostics}"
+    );
+    assert!(
+        diagnostics.contains("Ingress shop/dangling")
+            && diagnostics.contains("Service shop/missing not found"),
+        "{diagnostics}"
+    );
+}
