@@ -83,7 +83,7 @@ pub struct ServeArgs {
     /// Directory of Kubernetes manifests (*.yaml, *.yml, *.json), watched for changes.
     #[arg(long, value_name = "DIR")]
     pub manifests: Option<PathBuf>,
-    /// Watch the Kubernetes API (in-cluster config, else --kubeconfig, else KUBECONFIG).
+    /// Watch the Kubernetes API (--kubeconfig when given, else in-cluster, else KUBECONFIG).
     #[arg(long)]
     pub kubernetes: bool,
     #[command(flatten)]
