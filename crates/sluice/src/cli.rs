@@ -137,6 +137,20 @@ pub struct KubeArgs {
     /// This replica's identity in the election (defaults to the pod name, else the host name).
     #[arg(long, env = "POD_NAME", value_name = "ID")]
     pub leader_elect_identity: Option<String>,
+    /// How long the Lease holds without renewal before another replica may take it over.
+    #[arg(long, default_value = "15s", value_parser = parse_lease_duration, value_name = "DURATION")]
+    pub leader_elect_lease_duration: Duration,
+}
+
+/// Whole seconds, at least 2 (the Lease's `leaseDurationSeconds`).
+fn parse_lease_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration.as_secs() < 2 || duration.subsec_nanos() != 0 {
+        return Err(format!(
+            "{text:?}: the lease duration must be whole seconds, at least 2s"
+        ));
+    }
+    Ok(duration)
 }
 
 fn parse_object_key(text: &str) -> Result<ObjectKey, String> {
@@ -166,6 +180,7 @@ impl KubeArgs {
                 lease: self.leader_elect_lease,
                 namespace: self.leader_elect_namespace,
                 identity,
+                duration: self.leader_elect_lease_duration,
             }),
         }
     }

@@ -32,6 +32,8 @@ pub struct LeaderElection {
     pub lease: String,
     pub namespace: String,
     pub identity: String,
+    /// How long the Lease holds without renewal; the holder renews a third of it early.
+    pub duration: Duration,
 }
 
 /// A client from `--kubeconfig`, else the in-cluster service account, else `KUBECONFIG`/~/.kube/config.
@@ -193,6 +195,8 @@ fn leadership(client: Client, election: Option<LeaderElection>) -> watch::Receiv
             let manager = LeaseManagerBuilder::new(client.clone(), election.lease.clone())
                 .with_namespace(election.namespace.clone())
                 .with_identity(election.identity.clone())
+                .with_duration(election.duration.as_secs())
+                .with_grace((election.duration.as_secs() / 3).max(1))
                 .build()
                 .await;
             match manager {

@@ -418,6 +418,63 @@ async fn with_leader_election_one_replica_holds_the_lease_and_writes_status() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_leader_stops_the_other_replica_takes_the_lease_and_keeps_status_right() {
+    let pods = pods(&["pod"], 170).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    cluster.apply(ingress("web", "shop.test", "web"));
+    let flags = |identity: &'static str| {
+        [
+            "--publish-address",
+            "lb.example.com",
+            "--leader-elect",
+            "--leader-elect-lease-duration",
+            "2s",
+            "--leader-elect-identity",
+            identity,
+        ]
+    };
+    let holder = |cluster: &Cluster| {
+        let lease = cluster.api.get("Lease", "default", "sluice-leader");
+        lease.and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
+    };
+    let status_of = |cluster: &Cluster| {
+        cluster.api.get("Ingress", "shop", "web").unwrap()["status"]["loadBalancer"]["ingress"]
+            .clone()
+    };
+    let published = json!([{"hostname": "lb.example.com"}]);
+
+    let first = Sluice::start_kubernetes(&cluster.kubeconfig, &flags("replica-1")).await;
+    wait_until("replica-1 to lead", Duration::from_secs(10), || async {
+        holder(&cluster).as_deref() == Some("replica-1")
+    })
+    .await;
+    let _second = Sluice::start_kubernetes(&cluster.kubeconfig, &flags("replica-2")).await;
+    wait_until("the Ingress status", Duration::from_secs(10), || async {
+        status_of(&cluster) == published
+    })
+    .await;
+
+    drop(first);
+    wait_until(
+        "replica-2 to take the Lease over",
+        Duration::from_secs(15),
+        || async { holder(&cluster).as_deref() == Some("replica-2") },
+    )
+    .await;
+    let mut stale = cluster.api.get("Ingress", "shop", "web").unwrap();
+    stale["status"] = json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}});
+    cluster.api.replace_status(stale).unwrap();
+    wait_until(
+        "the new leader to correct the status",
+        Duration::from_secs(10),
+        || async { status_of(&cluster) == published },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_object_becomes_a_diagnostic_and_blocks_nothing() {
     let pods = pods(&["good"], 160).await;
     let cluster = Cluster::start().await;
