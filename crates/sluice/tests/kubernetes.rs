@@ -90,9 +90,46 @@ impl Cluster {
         }
     }
 
+    /// A cluster with Service `shop/web`, its slice `web-a` holding `pods`, and an Ingress
+    /// routing `shop.test` to it.
+    async fn serving_web(pods: &[&EchoBackend]) -> Self {
+        let cluster = Self::start().await;
+        cluster.apply(service("web"));
+        cluster.apply(slice("web", "web-a", pods));
+        cluster.apply(ingress("web", "shop.test", "web"));
+        cluster
+    }
+
     fn apply(&self, object: Value) {
         self.api.apply(object).unwrap();
     }
+
+    /// `status.loadBalancer.ingress` of the Ingress `shop/web`.
+    fn web_status(&self) -> Value {
+        self.api.get("Ingress", "shop", "web").unwrap()["status"]["loadBalancer"]["ingress"].clone()
+    }
+
+    /// Who holds the leader-election Lease `namespace/sluice-leader`.
+    fn lease_holder(&self, namespace: &str) -> Option<String> {
+        let lease = self.api.get("Lease", namespace, "sluice-leader")?;
+        lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+    }
+}
+
+/// Flags of a replica that publishes `lb.example.com` and elects a leader through the Lease
+/// `sluice-system/sluice-leader`, held for 2 s without renewal.
+fn leader_flags(identity: &'static str) -> [&'static str; 9] {
+    [
+        "--publish-address",
+        "lb.example.com",
+        "--leader-elect",
+        "--leader-elect-namespace",
+        "sluice-system",
+        "--leader-elect-lease-duration",
+        "2s",
+        "--leader-elect-identity",
+        identity,
+    ]
 }
 
 async fn body_of(sluice: &Sluice, host: &str) -> String {
@@ -138,10 +175,7 @@ async fn an_ingress_created_through_the_api_serves_within_100_ms() {
 async fn scaling_endpoints_up_and_down_under_load_fails_no_request() {
     let pods = pods(&["pod-a", "pod-b", "pod-c"], 110).await;
     let [a, b, c] = [&pods[0], &pods[1], &pods[2]];
-    let cluster = Cluster::start().await;
-    cluster.apply(service("web"));
-    cluster.apply(slice("web", "web-a", &[a]));
-    cluster.apply(ingress("web", "shop.test", "web"));
+    let cluster = Cluster::serving_web(&[a]).await;
     let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
     let publishes = sluice.metric("sluice_table_publishes_total").await;
 
@@ -187,10 +221,7 @@ async fn scaling_endpoints_up_and_down_under_load_fails_no_request() {
 async fn dropped_watches_and_expired_resource_versions_fail_no_request_and_never_flap() {
     let pods = pods(&["steady"], 120).await;
     let extra = pods_on_other_port("late", 121).await;
-    let cluster = Cluster::start().await;
-    cluster.apply(service("web"));
-    cluster.apply(slice("web", "web-a", &[&pods[0]]));
-    cluster.apply(ingress("web", "shop.test", "web"));
+    let cluster = Cluster::serving_web(&[&pods[0]]).await;
     let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
     let publishes = sluice.metric("sluice_table_publishes_total").await;
     let propagations = sluice.status().await["propagations"].as_u64().unwrap();
@@ -248,10 +279,7 @@ async fn pods_on_other_port(name: &str, ip: u8) -> EchoBackend {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_outage_of_30_seconds_fails_no_request_and_changes_apply_after() {
     let pods = pods(&["before", "after"], 130).await;
-    let cluster = Cluster::start().await;
-    cluster.apply(service("web"));
-    cluster.apply(slice("web", "web-a", &[&pods[0]]));
-    cluster.apply(ingress("web", "shop.test", "web"));
+    let cluster = Cluster::serving_web(&[&pods[0]]).await;
     let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
 
     let load = LoadRun::start(&sluice.url("/"), "shop.test", 2, Duration::from_secs(120));
@@ -322,10 +350,7 @@ async fn an_api_outage_of_30_seconds_fails_no_request_and_changes_apply_after() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingress_status_is_written_once_and_never_loops() {
     let pods = pods(&["pod"], 140).await;
-    let cluster = Cluster::start().await;
-    cluster.apply(service("web"));
-    cluster.apply(slice("web", "web-a", &[&pods[0]]));
-    cluster.apply(ingress("web", "shop.test", "web"));
+    let cluster = Cluster::serving_web(&[&pods[0]]).await;
     cluster.apply(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "sluice", "namespace": "sluice-system"},
@@ -337,12 +362,8 @@ async fn ingress_status_is_written_once_and_never_loops() {
     )
     .await;
 
-    let status_of = |cluster: &Cluster| {
-        cluster.api.get("Ingress", "shop", "web").unwrap()["status"]["loadBalancer"]["ingress"]
-            .clone()
-    };
     wait_until("the Ingress status", Duration::from_secs(10), || async {
-        status_of(&cluster) == json!([{"ip": "10.96.0.99"}])
+        cluster.web_status() == json!([{"ip": "10.96.0.99"}])
     })
     .await;
 
@@ -354,7 +375,7 @@ async fn ingress_status_is_written_once_and_never_loops() {
     balancer["status"] = json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}});
     cluster.api.replace_status(balancer).unwrap();
     wait_until("the new address", Duration::from_secs(10), || async {
-        status_of(&cluster) == json!([{"ip": "203.0.113.7"}])
+        cluster.web_status() == json!([{"ip": "203.0.113.7"}])
     })
     .await;
 
@@ -374,40 +395,20 @@ async fn ingress_status_is_written_once_and_never_loops() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_leader_election_one_replica_holds_the_lease_and_writes_status() {
+async fn one_replica_holds_the_lease_and_writes_status_and_the_other_takes_over() {
     let pods = pods(&["pod"], 150).await;
-    let cluster = Cluster::start().await;
-    cluster.apply(service("web"));
-    cluster.apply(slice("web", "web-a", &[&pods[0]]));
-    cluster.apply(ingress("web", "shop.test", "web"));
-    let flags = |identity: &'static str| {
-        [
-            "--publish-address",
-            "lb.example.com",
-            "--leader-elect",
-            "--leader-elect-namespace",
-            "sluice-system",
-            "--leader-elect-identity",
-            identity,
-        ]
-    };
-    let first = Sluice::start_kubernetes(&cluster.kubeconfig, &flags("replica-1")).await;
-    let second = Sluice::start_kubernetes(&cluster.kubeconfig, &flags("replica-2")).await;
-
-    wait_until("the Ingress status", Duration::from_secs(15), || async {
-        cluster.api.get("Ingress", "shop", "web").unwrap()["status"]["loadBalancer"]["ingress"]
-            == json!([{"hostname": "lb.example.com"}])
+    let cluster = Cluster::serving_web(&[&pods[0]]).await;
+    let published = json!([{"hostname": "lb.example.com"}]);
+    let first = Sluice::start_kubernetes(&cluster.kubeconfig, &leader_flags("replica-1")).await;
+    wait_until("replica-1 to lead", Duration::from_secs(10), || async {
+        cluster.lease_holder("sluice-system").as_deref() == Some("replica-1")
     })
     .await;
-    let lease = cluster
-        .api
-        .get("Lease", "sluice-system", "sluice-leader")
-        .expect("the Lease exists");
-    let holder = lease["spec"]["holderIdentity"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(holder == "replica-1" || holder == "replica-2", "{lease}");
+    let second = Sluice::start_kubernetes(&cluster.kubeconfig, &leader_flags("replica-2")).await;
+    wait_until("the Ingress status", Duration::from_secs(10), || async {
+        cluster.web_status() == published
+    })
+    .await;
     for sluice in [&first, &second] {
         assert_eq!(
             body_of(sluice, "shop.test").await,
@@ -415,52 +416,12 @@ async fn with_leader_election_one_replica_holds_the_lease_and_writes_status() {
             "every replica proxies"
         );
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn when_the_leader_stops_the_other_replica_takes_the_lease_and_keeps_status_right() {
-    let pods = pods(&["pod"], 170).await;
-    let cluster = Cluster::start().await;
-    cluster.apply(service("web"));
-    cluster.apply(slice("web", "web-a", &[&pods[0]]));
-    cluster.apply(ingress("web", "shop.test", "web"));
-    let flags = |identity: &'static str| {
-        [
-            "--publish-address",
-            "lb.example.com",
-            "--leader-elect",
-            "--leader-elect-lease-duration",
-            "2s",
-            "--leader-elect-identity",
-            identity,
-        ]
-    };
-    let holder = |cluster: &Cluster| {
-        let lease = cluster.api.get("Lease", "default", "sluice-leader");
-        lease.and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
-    };
-    let status_of = |cluster: &Cluster| {
-        cluster.api.get("Ingress", "shop", "web").unwrap()["status"]["loadBalancer"]["ingress"]
-            .clone()
-    };
-    let published = json!([{"hostname": "lb.example.com"}]);
-
-    let first = Sluice::start_kubernetes(&cluster.kubeconfig, &flags("replica-1")).await;
-    wait_until("replica-1 to lead", Duration::from_secs(10), || async {
-        holder(&cluster).as_deref() == Some("replica-1")
-    })
-    .await;
-    let _second = Sluice::start_kubernetes(&cluster.kubeconfig, &flags("replica-2")).await;
-    wait_until("the Ingress status", Duration::from_secs(10), || async {
-        status_of(&cluster) == published
-    })
-    .await;
 
     drop(first);
     wait_until(
         "replica-2 to take the Lease over",
         Duration::from_secs(15),
-        || async { holder(&cluster).as_deref() == Some("replica-2") },
+        || async { cluster.lease_holder("sluice-system").as_deref() == Some("replica-2") },
     )
     .await;
     let mut stale = cluster.api.get("Ingress", "shop", "web").unwrap();
@@ -469,18 +430,16 @@ async fn when_the_leader_stops_the_other_replica_takes_the_lease_and_keeps_statu
     wait_until(
         "the new leader to correct the status",
         Duration::from_secs(10),
-        || async { status_of(&cluster) == published },
+        || async { cluster.web_status() == published },
     )
     .await;
+    assert_eq!(body_of(&second, "shop.test").await, "pod");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_object_becomes_a_diagnostic_and_blocks_nothing() {
     let pods = pods(&["good"], 160).await;
-    let cluster = Cluster::start().await;
-    cluster.apply(service("web"));
-    cluster.apply(slice("web", "web-a", &[&pods[0]]));
-    cluster.apply(ingress("web", "shop.test", "web"));
+    let cluster = Cluster::serving_web(&[&pods[0]]).await;
     let mut broken = ingress("broken", "broken.test", "missing");
     broken["spec"]["rules"][0]["http"]["paths"][0]["pathType"] = json!("Regex");
     cluster.apply(broken);
