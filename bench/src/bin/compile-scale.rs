@@ -6,14 +6,12 @@
 //! sets cached between compiles (the Kubernetes source, whose cache drops a set only when that
 //! Service's slices change).
 
-use hashbrown::HashMap;
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_bench::{cluster, percentiles, scales_from_args, Scale};
 use sluice_config::{
-    compile_with, CompileOptions, EndpointResolver, KubeObject, SliceIndex, Snapshot,
+    compile_with, CompileOptions, EndpointCache, EndpointResolver, KubeObject, SliceIndex, Snapshot,
 };
 use sluice_routing::EndpointSet;
 
@@ -34,7 +32,7 @@ fn main() -> anyhow::Result<()> {
         let slices = SliceIndex::new(&snapshot);
         let cached = Cached {
             slices: &slices,
-            sets: RefCell::default(),
+            cache: EndpointCache::default(),
         };
         let only = std::env::var("ONLY").ok();
         for (label, resolver) in [
@@ -80,11 +78,11 @@ fn time_compiles(
     Ok(percentiles(&mut samples))
 }
 
-/// Endpoint sets computed once and then shared, looked up without allocating, as the
-/// Kubernetes source's cache (`ClusterState`) does.
+/// Endpoint sets computed once and then shared, through the same cache the Kubernetes
+/// source's cluster state uses.
 struct Cached<'a> {
     slices: &'a SliceIndex<'a>,
-    sets: RefCell<HashMap<String, HashMap<String, Arc<EndpointSet>>>>,
+    cache: EndpointCache,
 }
 
 impl EndpointResolver for Cached<'_> {
@@ -94,18 +92,10 @@ impl EndpointResolver for Cached<'_> {
         service: &str,
         port_name: Option<&str>,
     ) -> Arc<EndpointSet> {
-        let mut sets = self.sets.borrow_mut();
-        if let Some(set) = sets
-            .get(namespace)
-            .and_then(|services| services.get(service))
-        {
-            return set.clone();
-        }
-        let set = self.slices.ready_endpoints(namespace, service, port_name);
-        sets.entry(namespace.to_owned())
-            .or_default()
-            .insert(service.to_owned(), set.clone());
-        set
+        self.cache
+            .get_or_compute(namespace, service, port_name, || {
+                (*self.slices.ready_endpoints(namespace, service, port_name)).clone()
+            })
     }
 }
 

@@ -8,8 +8,8 @@ mod manifest;
 mod snapshot;
 
 pub use compile::{
-    compile, compile_with, ready_endpoints, CompileOptions, Compiled, EndpointResolver,
-    EndpointSource, EndpointSources, SliceIndex, CONTROLLER, SERVICE_NAME_LABEL,
+    compile, compile_with, ready_endpoints, CompileOptions, Compiled, EndpointCache,
+    EndpointResolver, EndpointSource, EndpointSources, SliceIndex, CONTROLLER, SERVICE_NAME_LABEL,
 };
 pub use diagnostic::{Diagnostic, ObjectRef, Severity};
 pub use error::DocumentError;

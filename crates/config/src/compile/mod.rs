@@ -2,6 +2,7 @@
 
 mod backend;
 mod class;
+mod endpoint_cache;
 
 use hashbrown::HashMap;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ pub use backend::{
     SERVICE_NAME_LABEL,
 };
 pub use class::CONTROLLER;
+pub use endpoint_cache::EndpointCache;
 
 /// What the compiler is told from the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,6 +1,5 @@
 //! The cluster state: applies watch events to the snapshot and says what each one changed — a recompile, some Services' endpoints, or only an Ingress status.
 
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 
 use hashbrown::HashMap;
@@ -8,7 +7,8 @@ use std::sync::Arc;
 
 use kube::runtime::watcher::Event;
 use sluice_config::{
-    ready_endpoints, EndpointResolver, KubeObject, ObjectKey, Snapshot, SERVICE_NAME_LABEL,
+    ready_endpoints, EndpointCache, EndpointResolver, KubeObject, ObjectKey, Snapshot,
+    SERVICE_NAME_LABEL,
 };
 use sluice_routing::EndpointSet;
 
@@ -54,16 +54,10 @@ pub struct ClusterState {
     slices_by_service: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
     /// Ready endpoints per Service and port name, computed on first use and dropped when the
     /// Service's slices change: a recompile reuses every set whose slices did not change.
-    endpoint_cache: RefCell<EndpointCache>,
+    endpoint_cache: EndpointCache,
     /// What each watch covers, by [`WatchId`].
     scopes: Vec<WatchScope>,
 }
-
-/// A Service's cached endpoint sets, by port name (`None` for an unnamed port).
-type EndpointSetsByPort = Vec<(Option<String>, Arc<EndpointSet>)>;
-
-/// Namespace → Service name → its endpoint sets: looked up by `&str`, so a hit allocates nothing.
-type EndpointCache = HashMap<String, HashMap<String, EndpointSetsByPort>>;
 
 /// The kind and namespace one watch covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,11 +96,9 @@ impl ClusterState {
     /// Applies one watch event.
     pub fn apply(&mut self, event: WatchEvent) -> Effect {
         let effect = self.apply_event(event);
-        let cache = self.endpoint_cache.get_mut();
         for service in &effect.services {
-            if let Some(services) = cache.get_mut(&service.namespace) {
-                services.remove(&service.name);
-            }
+            self.endpoint_cache
+                .invalidate(&service.namespace, &service.name);
         }
         effect
     }
@@ -147,30 +139,17 @@ impl ClusterState {
         service: &str,
         port_name: Option<&str>,
     ) -> Arc<EndpointSet> {
-        let mut cache = self.endpoint_cache.borrow_mut();
-        let ports = cache
-            .get(namespace)
-            .and_then(|services| services.get(service));
-        if let Some((_, set)) =
-            ports.and_then(|ports| ports.iter().find(|(name, _)| name.as_deref() == port_name))
-        {
-            return set.clone();
-        }
-        let keys = self
-            .slices_by_service
-            .get(&ObjectKey::new(namespace, service));
-        let slices = keys
-            .into_iter()
-            .flatten()
-            .filter_map(|key| self.snapshot.endpoint_slices.get(key));
-        let set = Arc::new(ready_endpoints(slices, port_name));
-        let ports = cache
-            .entry(namespace.to_owned())
-            .or_default()
-            .entry(service.to_owned())
-            .or_default();
-        ports.push((port_name.map(str::to_owned), set.clone()));
-        set
+        self.endpoint_cache
+            .get_or_compute(namespace, service, port_name, || {
+                let keys = self
+                    .slices_by_service
+                    .get(&ObjectKey::new(namespace, service));
+                let slices = keys
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|key| self.snapshot.endpoint_slices.get(key));
+                ready_endpoints(slices, port_name)
+            })
     }
 
     fn upsert(&mut self, object: KubeObject) -> Effect {
