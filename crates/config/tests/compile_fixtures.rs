@@ -108,7 +108,7 @@ fn check(path: &Path) -> Vec<String> {
         let backend = compiled
             .table
             .lookup(&normalize_request_host(&request.host), &request.path);
-        let actual = backend.map(|b| b.id().as_str().to_owned());
+        let actual = backend.map(|t| t.backend.id().as_str().to_owned());
         if actual != request.backend {
             failures.push(format!(
                 "{}{}: expected backend {:?}, got {actual:?}",
@@ -116,11 +116,12 @@ fn check(path: &Path) -> Vec<String> {
             ));
             continue;
         }
-        let Some(backend) = backend else { continue };
+        let Some(backend) = backend.map(|t| t.backend) else {
+            continue;
+        };
         let endpoints: Vec<String> = backend
             .endpoints()
             .load()
-            .as_slice()
             .iter()
             .map(ToString::to_string)
             .collect();

@@ -10,15 +10,17 @@ pub enum ProxyError {
     #[error("no endpoints available")]
     NoEndpoints,
     #[error("upstream connect failed")]
-    ConnectFailed(#[source] hyper_util::client::legacy::Error),
+    ConnectFailed(#[source] std::io::Error),
     #[error("upstream connection failed")]
-    UpstreamFailed(#[source] hyper_util::client::legacy::Error),
+    UpstreamFailed(#[source] hyper::Error),
     #[error("upstream connect timed out")]
-    ConnectTimeout(#[source] hyper_util::client::legacy::Error),
+    ConnectTimeout,
     #[error("upstream response timed out")]
     ResponseTimeout,
     #[error("bad request: {0}")]
     BadRequest(&'static str),
+    #[error("reading the request body failed")]
+    RequestBody(#[source] hyper::Error),
 }
 
 impl ProxyError {
@@ -27,8 +29,8 @@ impl ProxyError {
             Self::NoRoute => StatusCode::NOT_FOUND,
             Self::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
             Self::ConnectFailed(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
-            Self::ConnectTimeout(_) | Self::ResponseTimeout => StatusCode::GATEWAY_TIMEOUT,
-            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::ConnectTimeout | Self::ResponseTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::BadRequest(_) | Self::RequestBody(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -39,9 +41,9 @@ impl ProxyError {
             Self::NoEndpoints => "503 no endpoints available\n",
             Self::ConnectFailed(_) => "502 upstream connect failed\n",
             Self::UpstreamFailed(_) => "502 upstream connection failed\n",
-            Self::ConnectTimeout(_) => "504 upstream connect timed out\n",
+            Self::ConnectTimeout => "504 upstream connect timed out\n",
             Self::ResponseTimeout => "504 upstream response timed out\n",
-            Self::BadRequest(_) => "400 bad request\n",
+            Self::BadRequest(_) | Self::RequestBody(_) => "400 bad request\n",
         }
     }
 }

@@ -1,35 +1,50 @@
-//! The request pipeline, one phase per step: route, balance, forward upstream, respond.
+//! The request pipeline, one phase per step: route, balance, forward upstream (retrying safely), respond.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST};
-use http::uri::{Authority, PathAndQuery, Scheme, Uri};
-use http::{HeaderValue, Request, Response, Version};
+use http::header::{CONTENT_TYPE, HOST, SET_COOKIE};
+use http::request::Parts;
+use http::uri::Authority;
+use http::{HeaderValue, Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use sluice_routing::{normalize_request_host, Endpoint, RoutingTable};
+use sluice_routing::{normalize_request_host, Endpoint, RoutingTable, Target};
 
+use crate::attempt::{Answer, AttemptSettings, Exchange};
+use crate::body::{RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
 use crate::headers::{ensure_host, set_forwarded, strip_hop_by_hop};
+use crate::sticky::{request_cookie, set_cookie, SessionKey};
 use crate::table_handle::TableHandle;
-use crate::upstream::{Upstream, UpstreamOptions};
+use crate::upstream::UpstreamOptions;
 
 /// A response body: the upstream's, streamed through, or the proxy's own short text.
-pub type ProxyBody = Either<Incoming, Full<Bytes>>;
+pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
 
-/// The proxy: the published table plus the upstream client. One per process, shared by all
-/// connections.
+/// The proxy: the published table and runtime state, plus upstream settings. One per process,
+/// shared by all connections.
 pub struct Proxy {
     table: TableHandle,
-    upstream: Upstream,
+    session_key: SessionKey,
+    connect_timeout: Duration,
+    response_header_timeout: Duration,
+    replay_limit: usize,
 }
 
 impl Proxy {
     pub fn new(table: TableHandle, options: &UpstreamOptions) -> Self {
         Self {
             table,
-            upstream: Upstream::new(options),
+            session_key: options
+                .session_secret
+                .as_deref()
+                .map(SessionKey::new)
+                .unwrap_or_default(),
+            connect_timeout: options.connect_timeout,
+            response_header_timeout: options.response_header_timeout,
+            replay_limit: DEFAULT_REPLAY_LIMIT,
         }
     }
 
@@ -40,7 +55,7 @@ impl Proxy {
         client: SocketAddr,
     ) -> Response<ProxyBody> {
         match self.forward(request, client).await {
-            Ok(response) => response.map(Either::Left),
+            Ok(response) => response,
             Err(error) => {
                 tracing::debug!(%client, %error, source = ?std::error::Error::source(&error), "answered by proxy");
                 error_response(&error)
@@ -52,25 +67,76 @@ impl Proxy {
         &self,
         request: Request<Incoming>,
         client: SocketAddr,
-    ) -> Result<Response<Incoming>, ProxyError> {
+    ) -> Result<Response<ProxyBody>, ProxyError> {
         let table = self.table.load();
-        let endpoint = route_and_balance(&table, &request)?;
-        let upstream_request = prepare_upstream_request(request, &endpoint, client)?;
-        let response = self.upstream.send(upstream_request).await?;
-        Ok(prepare_response(response))
+        let target = route(&table, &request)?;
+        let (mut parts, body) = request.into_parts();
+        prepare_upstream_headers(&mut parts, client);
+        let may_replay = !target.policy.retry.on.off && target.policy.retry.tries > 1;
+        let body = RequestBody::prepare(&parts, body, may_replay, self.replay_limit).await?;
+        let session = self.session(&target, &parts);
+        let settings = AttemptSettings {
+            runtime: self.table.runtime(),
+            connect_timeout: self.connect_timeout,
+            response_header_timeout: self.response_header_timeout,
+        };
+        let answer = Exchange::new(
+            settings,
+            target.backend,
+            target.policy,
+            parts,
+            body,
+            client.ip(),
+            session.clone(),
+        )
+        .run()
+        .await?;
+        Ok(self.respond(answer, &target, session.as_ref()))
+    }
+
+    /// The endpoint a sticky-session cookie pins, if the route is sticky and the cookie names
+    /// an endpoint that still serves.
+    fn session(&self, target: &Target<'_>, parts: &Parts) -> Option<Endpoint> {
+        let cookie = target.policy.sticky.as_ref()?;
+        let value = request_cookie(&parts.headers, &cookie.name)?;
+        let set = target.backend.endpoints().load();
+        self.session_key.pinned(&set, value).cloned()
+    }
+
+    /// Step 5: drop the upstream hop's headers, pin a new session, and count the endpoint's
+    /// load until the body ends.
+    fn respond(
+        &self,
+        answer: Answer,
+        target: &Target<'_>,
+        session: Option<&Endpoint>,
+    ) -> Response<ProxyBody> {
+        let Answer {
+            mut response,
+            in_flight,
+            endpoint,
+        } = answer;
+        strip_hop_by_hop(response.headers_mut());
+        let repinned = session != Some(&endpoint);
+        if let (Some(cookie), true) = (&target.policy.sticky, repinned) {
+            let value = self.session_key.value(&endpoint);
+            if let Some(header) = set_cookie(cookie, &value) {
+                response.headers_mut().append(SET_COOKIE, header);
+            }
+        }
+        response.map(|body| Either::Left(TrackedBody::new(body, in_flight)))
     }
 }
 
-/// Steps 1 and 2: find the route for host and path, then the next endpoint of its backend.
-fn route_and_balance(
-    table: &RoutingTable,
+/// Step 1: the route for host and path.
+fn route<'t>(
+    table: &'t RoutingTable,
     request: &Request<Incoming>,
-) -> Result<Endpoint, ProxyError> {
+) -> Result<Target<'t>, ProxyError> {
     let host = request_host(request).ok_or(ProxyError::BadRequest("missing Host"))?;
-    let backend = table
+    table
         .lookup(&normalize_request_host(host), request.uri().path())
-        .ok_or(ProxyError::NoRoute)?;
-    backend.next_endpoint().ok_or(ProxyError::NoEndpoints)
+        .ok_or(ProxyError::NoRoute)
 }
 
 /// The host a request is for: the URI authority (HTTP/2, absolute-form) or the Host header.
@@ -81,36 +147,14 @@ fn request_host(request: &Request<Incoming>) -> Option<&str> {
     }
 }
 
-/// Step 3: point the request at the endpoint, keeping path and query byte for byte, and rewrite
-/// the headers that belong to this hop.
-fn prepare_upstream_request(
-    request: Request<Incoming>,
-    endpoint: &Endpoint,
-    client: SocketAddr,
-) -> Result<Request<Incoming>, ProxyError> {
-    let (mut parts, body) = request.into_parts();
+/// Rewrites the headers that belong to this hop, once for all attempts; the path and query
+/// stay byte for byte.
+fn prepare_upstream_headers(parts: &mut Parts, client: SocketAddr) {
     let original_authority: Option<Authority> = parts.uri.authority().cloned();
     ensure_host(&mut parts.headers, original_authority.as_ref());
     let host: Option<HeaderValue> = parts.headers.get(HOST).cloned();
     strip_hop_by_hop(&mut parts.headers);
     set_forwarded(&mut parts.headers, client.ip(), host);
-
-    let mut uri_parts = std::mem::take(&mut parts.uri).into_parts();
-    uri_parts.scheme = Some(Scheme::HTTP);
-    uri_parts.authority = Some(endpoint.authority().clone());
-    if uri_parts.path_and_query.is_none() {
-        uri_parts.path_and_query = Some(PathAndQuery::from_static("/"));
-    }
-    parts.uri = Uri::from_parts(uri_parts)
-        .map_err(|_| ProxyError::BadRequest("unusable request target"))?;
-    parts.version = Version::HTTP_11;
-    Ok(Request::from_parts(parts, body))
-}
-
-/// Step 5: drop the upstream hop's headers before the response goes back.
-fn prepare_response(mut response: Response<Incoming>) -> Response<Incoming> {
-    strip_hop_by_hop(response.headers_mut());
-    response
 }
 
 fn error_response(error: &ProxyError) -> Response<ProxyBody> {

@@ -1,27 +1,69 @@
-//! The one published swap target for routes: the current table, read lock-free per request.
+//! The one published swap target for routes and endpoint sets, which also tells the runtime state which endpoints left.
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use sluice_routing::RoutingTable;
+use sluice_routing::{BackendId, EndpointSet, RoutingTable};
 
-/// Shared handle to the published routing table. Cloning it is cheap.
+use crate::runtime::Runtime;
+
+/// Shared handle to the published routing table and the data plane's runtime state. Cloning it
+/// is cheap. Every change to what the data plane serves goes through it, so endpoints that
+/// leave or start terminating get their idle connections closed.
 #[derive(Clone, Default)]
-pub struct TableHandle(Arc<ArcSwap<RoutingTable>>);
+pub struct TableHandle {
+    table: Arc<ArcSwap<RoutingTable>>,
+    runtime: Arc<Runtime>,
+}
 
 impl TableHandle {
     pub fn new(table: RoutingTable) -> Self {
-        Self(Arc::new(ArcSwap::from_pointee(table)))
+        Self {
+            table: Arc::new(ArcSwap::from_pointee(table)),
+            runtime: Arc::default(),
+        }
     }
 
     /// The current table. A request loads it once and keeps it to the end, so a publish in the
     /// middle of a request never changes its route.
     pub fn load(&self) -> Arc<RoutingTable> {
-        self.0.load_full()
+        self.table.load_full()
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
     }
 
     /// Publishes a new table; requests and connections in flight are untouched.
     pub fn publish(&self, table: RoutingTable) {
-        self.0.store(Arc::new(table));
+        let old = self.table.swap(Arc::new(table));
+        let new = self.table.load();
+        for backend in old.backends() {
+            let Some(successor) = new.backend_by_id(backend.id()) else {
+                self.runtime.backend_removed(backend.id());
+                self.runtime
+                    .endpoints_changed(&backend.endpoints().load(), &EndpointSet::default());
+                continue;
+            };
+            let (before, after) = (backend.endpoints().load(), successor.endpoints().load());
+            if !Arc::ptr_eq(&before, &after) && before != after {
+                self.runtime.endpoints_changed(&before, &after);
+            }
+        }
+    }
+
+    /// Swaps one backend's endpoint set in the serving table. Returns `false` when the table
+    /// has no such backend or the set is unchanged.
+    pub fn store_endpoints(&self, backend: &BackendId, endpoints: Arc<EndpointSet>) -> bool {
+        let table = self.table.load();
+        let Some(backend) = table.backend_by_id(backend) else {
+            return false;
+        };
+        if *backend.endpoints().load() == *endpoints {
+            return false;
+        }
+        let old = backend.endpoints().swap(endpoints.clone());
+        self.runtime.endpoints_changed(&old, &endpoints);
+        true
     }
 }

@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
+use hashbrown::HashMap;
 use http::uri::Authority;
 use serde::{Serialize, Serializer};
 
@@ -91,30 +92,118 @@ impl Serialize for Endpoint {
     }
 }
 
-/// The endpoints a backend balances over, sorted and free of duplicates.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
-pub struct EndpointSet(Vec<Endpoint>);
+/// The endpoints a backend balances over: the ready ones, and those still serving while they
+/// terminate. Both lists are sorted and free of duplicates.
+#[derive(Debug, Default, Serialize)]
+pub struct EndpointSet {
+    ready: Vec<Endpoint>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    terminating: Vec<Endpoint>,
+    /// Sticky-session tokens → endpoint, built on first use (see [`Self::find_by_token`]).
+    #[serde(skip)]
+    tokens: OnceLock<HashMap<u64, Endpoint>>,
+}
+
+/// Where an endpoint stands in its set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// Ready: takes new traffic.
+    Ready,
+    /// Terminating but still serving: keeps its sticky sessions, and takes all traffic only
+    /// when no endpoint is ready.
+    Terminating,
+}
 
 impl EndpointSet {
-    pub fn new(mut endpoints: Vec<Endpoint>) -> Self {
-        endpoints.sort();
-        endpoints.dedup();
-        Self(endpoints)
+    /// A set of ready endpoints.
+    pub fn new(ready: Vec<Endpoint>) -> Self {
+        Self::with_terminating(ready, Vec::new())
     }
 
-    pub fn as_slice(&self) -> &[Endpoint] {
-        &self.0
+    /// A set with ready endpoints and endpoints that are terminating but still serving. An
+    /// endpoint listed in both counts as ready.
+    pub fn with_terminating(mut ready: Vec<Endpoint>, mut terminating: Vec<Endpoint>) -> Self {
+        ready.sort();
+        ready.dedup();
+        terminating.sort();
+        terminating.dedup();
+        terminating.retain(|endpoint| ready.binary_search(endpoint).is_err());
+        Self {
+            ready,
+            terminating,
+            tokens: OnceLock::new(),
+        }
+    }
+
+    pub fn ready(&self) -> &[Endpoint] {
+        &self.ready
+    }
+
+    pub fn terminating(&self) -> &[Endpoint] {
+        &self.terminating
+    }
+
+    /// The endpoints new requests go to: the ready ones, or, when none is ready, the
+    /// terminating ones that still serve (kube-proxy's rule).
+    pub fn eligible(&self) -> &[Endpoint] {
+        if self.ready.is_empty() {
+            &self.terminating
+        } else {
+            &self.ready
+        }
+    }
+
+    /// Whether the endpoint is in the set, and how.
+    pub fn condition(&self, endpoint: &Endpoint) -> Option<Condition> {
+        if self.ready.binary_search(endpoint).is_ok() {
+            Some(Condition::Ready)
+        } else if self.terminating.binary_search(endpoint).is_ok() {
+            Some(Condition::Terminating)
+        } else {
+            None
+        }
+    }
+
+    /// Every endpoint, ready ones first.
+    pub fn iter(&self) -> impl Iterator<Item = &Endpoint> {
+        self.ready.iter().chain(&self.terminating)
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.ready.len() + self.terminating.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.ready.is_empty() && self.terminating.is_empty()
+    }
+
+    /// The endpoint whose token is `token`, ready or terminating. `token_of` must be the same
+    /// function on every call: the index it builds on first use is kept for the set's lifetime.
+    pub fn find_by_token(
+        &self,
+        token: u64,
+        token_of: impl Fn(&Endpoint) -> u64,
+    ) -> Option<&Endpoint> {
+        self.tokens
+            .get_or_init(|| self.iter().map(|e| (token_of(e), e.clone())).collect())
+            .get(&token)
     }
 }
+
+impl Clone for EndpointSet {
+    fn clone(&self) -> Self {
+        Self::with_terminating(self.ready.clone(), self.terminating.clone())
+    }
+}
+
+/// Sets are equal when they hold the same endpoints in the same conditions.
+impl PartialEq for EndpointSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.ready == other.ready && self.terminating == other.terminating
+    }
+}
+
+impl Eq for EndpointSet {}
 
 /// A backend's endpoint set behind its own atomic cell, so an endpoint change swaps one cell
 /// instead of the whole table.
@@ -134,6 +223,11 @@ impl EndpointCell {
     /// Publishes a new endpoint set; requests that already picked an endpoint keep it.
     pub fn store(&self, set: impl Into<Arc<EndpointSet>>) {
         self.0.store(set.into());
+    }
+
+    /// Publishes a new endpoint set and returns the one it replaces.
+    pub fn swap(&self, set: impl Into<Arc<EndpointSet>>) -> Arc<EndpointSet> {
+        self.0.swap(set.into())
     }
 }
 
@@ -180,15 +274,10 @@ impl Backend {
         &self.endpoints
     }
 
-    /// The next endpoint in round-robin order, or `None` when the backend has none.
-    pub fn next_endpoint(&self) -> Option<Endpoint> {
-        let set = self.endpoints.0.load();
-        let endpoints = set.as_slice();
-        if endpoints.is_empty() {
-            return None;
-        }
-        let turn = self.cursor.fetch_add(1, Ordering::Relaxed);
-        Some(endpoints[turn % endpoints.len()].clone())
+    /// The next turn of the backend's round-robin cursor; balancers take it modulo their
+    /// candidate count.
+    pub fn next_turn(&self) -> usize {
+        self.cursor.fetch_add(1, Ordering::Relaxed)
     }
 }
 
@@ -210,6 +299,10 @@ mod tests {
         )
     }
 
+    fn texts(endpoints: &[Endpoint]) -> Vec<String> {
+        endpoints.iter().map(ToString::to_string).collect()
+    }
+
     #[test]
     fn endpoint_sets_sort_and_deduplicate() {
         let set = EndpointSet::new(vec![
@@ -217,44 +310,72 @@ mod tests {
             endpoint("10.0.0.1:80"),
             endpoint("10.0.0.2:80"),
         ]);
-        let texts: Vec<String> = set.as_slice().iter().map(ToString::to_string).collect();
-        assert_eq!(texts, ["10.0.0.1:80", "10.0.0.2:80"]);
+        assert_eq!(texts(set.ready()), ["10.0.0.1:80", "10.0.0.2:80"]);
     }
 
     #[test]
-    fn round_robin_visits_every_endpoint_in_turn() {
-        let set = EndpointSet::new(vec![
-            endpoint("10.0.0.1:80"),
-            endpoint("10.0.0.2:80"),
-            endpoint("10.0.0.3:80"),
-        ]);
+    fn ready_endpoints_take_new_traffic_while_any_is_ready() {
+        let set = EndpointSet::with_terminating(
+            vec![endpoint("10.0.0.1:80")],
+            vec![endpoint("10.0.0.2:80")],
+        );
+        assert_eq!(texts(set.eligible()), ["10.0.0.1:80"]);
+        assert_eq!(
+            set.condition(&endpoint("10.0.0.2:80")),
+            Some(Condition::Terminating)
+        );
+        assert_eq!(set.condition(&endpoint("10.0.0.3:80")), None);
+    }
+
+    #[test]
+    fn terminating_endpoints_take_traffic_when_none_is_ready() {
+        let set = EndpointSet::with_terminating(
+            Vec::new(),
+            vec![endpoint("10.0.0.2:80"), endpoint("10.0.0.1:80")],
+        );
+        assert_eq!(texts(set.eligible()), ["10.0.0.1:80", "10.0.0.2:80"]);
+    }
+
+    #[test]
+    fn an_endpoint_listed_twice_counts_as_ready() {
+        let set = EndpointSet::with_terminating(
+            vec![endpoint("10.0.0.1:80")],
+            vec![endpoint("10.0.0.1:80")],
+        );
+        assert!(set.terminating().is_empty());
+        assert_eq!(set.len(), 1);
+    }
+
+    #[test]
+    fn tokens_find_ready_and_terminating_endpoints() {
+        let set = EndpointSet::with_terminating(
+            vec![endpoint("10.0.0.1:80")],
+            vec![endpoint("10.0.0.2:80")],
+        );
+        let token_of = |e: &Endpoint| {
+            e.to_string()
+                .bytes()
+                .fold(7u64, |hash, byte| hash.wrapping_mul(31) + u64::from(byte))
+        };
+        let wanted = endpoint("10.0.0.2:80");
+        let found = set.find_by_token(token_of(&wanted), token_of);
+        assert_eq!(found, Some(&wanted));
+        assert_eq!(set.find_by_token(7, token_of), None);
+    }
+
+    #[test]
+    fn round_robin_turns_advance() {
         let backend = Backend::new(
             BackendId::new("ns", "svc", "80"),
             BackendMode::Endpoints,
-            set,
-        );
-        let picks: Vec<String> = (0..6)
-            .filter_map(|_| backend.next_endpoint())
-            .map(|e| e.to_string())
-            .collect();
-        assert_eq!(picks[..3], picks[3..]);
-        let mut first_round = picks[..3].to_vec();
-        first_round.sort();
-        assert_eq!(first_round, ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
-    }
-
-    #[test]
-    fn empty_backend_has_no_endpoint() {
-        let backend = Backend::new(
-            BackendId::new("ns", "svc", "http"),
-            BackendMode::Endpoints,
             EndpointSet::default(),
         );
-        assert!(backend.next_endpoint().is_none());
+        let turns: Vec<usize> = (0..3).map(|_| backend.next_turn()).collect();
+        assert_eq!(turns, [0, 1, 2]);
     }
 
     #[test]
-    fn swapping_a_cell_changes_the_next_pick() {
+    fn swapping_a_cell_changes_what_it_holds() {
         let backend = Backend::new(
             BackendId::new("ns", "svc", "80"),
             BackendMode::Endpoints,
@@ -263,9 +384,6 @@ mod tests {
         backend
             .endpoints()
             .store(EndpointSet::new(vec![endpoint("10.0.0.9:80")]));
-        assert_eq!(
-            backend.next_endpoint().map(|e| e.to_string()).as_deref(),
-            Some("10.0.0.9:80")
-        );
+        assert_eq!(texts(backend.endpoints().load().ready()), ["10.0.0.9:80"]);
     }
 }

@@ -7,11 +7,15 @@
 mod backend;
 mod host;
 mod path;
+mod policy;
 mod table;
 mod view;
 
-pub use backend::{Backend, BackendId, BackendMode, Endpoint, EndpointCell, EndpointSet};
+pub use backend::{
+    Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,
+};
 pub use host::{normalize_request_host, HostMatch};
 pub use path::{PathKind, PathMatch};
-pub use table::{BackendIndex, Route, RoutingTable, TableBuilder};
+pub use policy::{Balancer, HashKey, RetryOn, RetryPolicy, RoutePolicy, SameSite, StickyCookie};
+pub use table::{BackendIndex, Route, RoutingTable, TableBuilder, Target};
 pub use view::{BackendView, RouteView, TableView};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, BackendId};
 use crate::host::{wildcard_suffix, HostMatch};
 use crate::path::PathMatch;
+use crate::policy::RoutePolicy;
 
 /// Position of a backend in [`RoutingTable::backends`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,6 +22,15 @@ pub struct Route {
     pub backend: BackendIndex,
     /// The Ingress the rule came from, as `namespace/name` (shared by all its routes).
     pub ingress: Arc<str>,
+    /// How requests use the backend (shared by the routes of one Ingress and Service).
+    pub policy: Arc<RoutePolicy>,
+}
+
+/// What a lookup finds: the backend and the policy of the route that led to it.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'t> {
+    pub backend: &'t Backend,
+    pub policy: &'t RoutePolicy,
 }
 
 /// Routes for one host, kept in precedence order (see [`PathMatch`]'s `Ord`).
@@ -47,7 +57,7 @@ pub struct RoutingTable {
     exact_hosts: HashMap<Arc<str>, PathRoutes>,
     wildcard_hosts: HashMap<Arc<str>, PathRoutes>,
     any_host: PathRoutes,
-    default_backend: Option<BackendIndex>,
+    default_backend: Option<(BackendIndex, Arc<RoutePolicy>)>,
     /// Backends in the order the compiler added them (deterministic for a given snapshot).
     backends: Vec<Backend>,
     /// Where each backend id sits in `backends`.
@@ -57,7 +67,7 @@ pub struct RoutingTable {
 impl RoutingTable {
     /// The backend for a normalised host (see [`crate::normalize_request_host`]) and a request
     /// path without its query string, or `None` when nothing, not even a default, matches.
-    pub fn lookup(&self, host: &str, path: &str) -> Option<&Backend> {
+    pub fn lookup(&self, host: &str, path: &str) -> Option<Target<'_>> {
         let route = self
             .exact_hosts
             .get(host)
@@ -67,8 +77,14 @@ impl RoutingTable {
                 self.wildcard_hosts.get(suffix)?.find(path)
             })
             .or_else(|| self.any_host.find(path));
-        let index = route.map(|route| route.backend).or(self.default_backend)?;
-        self.backends.get(index.0)
+        let (index, policy) = match route {
+            Some(route) => (route.backend, &route.policy),
+            None => self.default_backend.as_ref().map(|(i, p)| (*i, p))?,
+        };
+        Some(Target {
+            backend: self.backends.get(index.0)?,
+            policy,
+        })
     }
 
     /// Every backend, in the order the compiler added them.
@@ -87,7 +103,9 @@ impl RoutingTable {
     }
 
     pub fn default_backend(&self) -> Option<&Backend> {
-        self.default_backend.and_then(|index| self.backend(index))
+        self.default_backend
+            .as_ref()
+            .and_then(|(index, _)| self.backend(*index))
     }
 
     /// Every host with its routes in precedence order, sorted by host for stable output.
@@ -108,13 +126,16 @@ impl RoutingTable {
     }
 }
 
+/// A route as added: host, path, backend id, Ingress and policy.
+type PendingRoute = (HostMatch, PathMatch, BackendId, Arc<str>, Arc<RoutePolicy>);
+
 /// Collects backends and routes, then sorts everything into a [`RoutingTable`].
 #[derive(Debug, Default)]
 pub struct TableBuilder {
     backends: Vec<Backend>,
     positions: HashMap<BackendId, BackendIndex>,
-    routes: Vec<(HostMatch, PathMatch, BackendId, Arc<str>)>,
-    default_backend: Option<BackendId>,
+    routes: Vec<PendingRoute>,
+    default_backend: Option<(BackendId, Arc<RoutePolicy>)>,
 }
 
 impl TableBuilder {
@@ -143,12 +164,13 @@ impl TableBuilder {
         path: PathMatch,
         backend: BackendId,
         ingress: Arc<str>,
+        policy: Arc<RoutePolicy>,
     ) {
-        self.routes.push((host, path, backend, ingress));
+        self.routes.push((host, path, backend, ingress, policy));
     }
 
-    pub fn set_default_backend(&mut self, backend: BackendId) {
-        self.default_backend = Some(backend);
+    pub fn set_default_backend(&mut self, backend: BackendId, policy: Arc<RoutePolicy>) {
+        self.default_backend = Some((backend, policy));
     }
 
     pub fn build(self) -> RoutingTable {
@@ -156,11 +178,10 @@ impl TableBuilder {
         let mut table = RoutingTable {
             default_backend: self
                 .default_backend
-                .as_ref()
-                .and_then(|id| index_of.get(id).copied()),
+                .and_then(|(id, policy)| Some((*index_of.get(&id)?, policy))),
             ..RoutingTable::default()
         };
-        for (host, path, backend, ingress) in self.routes {
+        for (host, path, backend, ingress, policy) in self.routes {
             let Some(&backend) = index_of.get(&backend) else {
                 continue;
             };
@@ -173,6 +194,7 @@ impl TableBuilder {
                 path,
                 backend,
                 ingress,
+                policy,
             });
         }
         let all_routes = table
@@ -210,6 +232,7 @@ mod tests {
                 path.clone(),
                 id,
                 "ns/ing".into(),
+                Arc::default(),
             );
         }
         if let Some(service) = default {
@@ -219,14 +242,15 @@ mod tests {
                 BackendMode::Endpoints,
                 EndpointSet::default(),
             ));
-            builder.set_default_backend(id);
+            builder.set_default_backend(id, Arc::default());
         }
         builder.build()
     }
 
     fn service_for(table: &RoutingTable, host: &str, path: &str) -> Option<String> {
-        table.lookup(host, path).map(|backend| {
-            backend
+        table.lookup(host, path).map(|target| {
+            target
+                .backend
                 .id()
                 .as_str()
                 .trim_start_matches("ns/")

@@ -99,12 +99,13 @@ impl fmt::Display for TableView {
             writeln!(f, "  (none)")?;
         }
         for (id, backend) in &self.backends {
-            let endpoints: Vec<String> = backend
+            let ready = backend.endpoints.ready().iter().map(ToString::to_string);
+            let terminating = backend
                 .endpoints
-                .as_slice()
+                .terminating()
                 .iter()
-                .map(ToString::to_string)
-                .collect();
+                .map(|endpoint| format!("{endpoint} (terminating)"));
+            let endpoints: Vec<String> = ready.chain(terminating).collect();
             let endpoints = if endpoints.is_empty() {
                 "no endpoints".to_owned()
             } else {

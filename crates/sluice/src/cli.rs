@@ -66,6 +66,15 @@ pub struct ProxyArgs {
     /// On shutdown, how long to let requests in flight finish.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub drain_timeout: Duration,
+    /// Secret that keys sticky-session cookie values; give every replica the same one. Without
+    /// it a built-in key is used: replicas still agree, but values are not secret.
+    #[arg(
+        long,
+        env = "SLUICE_SESSION_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    pub session_secret: Option<String>,
 }
 
 impl ProxyArgs {
@@ -73,6 +82,7 @@ impl ProxyArgs {
         UpstreamOptions {
             connect_timeout: self.connect_timeout,
             response_header_timeout: self.response_header_timeout,
+            session_secret: self.session_secret.as_ref().map(|s| s.as_bytes().to_vec()),
         }
     }
 }

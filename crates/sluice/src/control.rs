@@ -172,15 +172,7 @@ impl ControlPlane {
 
     /// Swaps one backend's endpoint cell in the serving table, if the set changed. No recompile.
     pub fn update_endpoints(&self, backend: &BackendId, endpoints: Arc<EndpointSet>) -> bool {
-        let table = self.table.load();
-        let Some(backend) = table.backend_by_id(backend) else {
-            return false;
-        };
-        if *backend.endpoints().load() == *endpoints {
-            return false;
-        }
-        backend.endpoints().store(endpoints);
-        true
+        self.table.store_endpoints(backend, endpoints)
     }
 
     /// Records one propagation: from the watch event's receipt until now.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use http::uri::Authority;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{EndpointConditions, EndpointSlice};
 use k8s_openapi::api::networking::v1::IngressServiceBackend;
 use sluice_routing::{Backend, BackendId, BackendMode, Endpoint, EndpointSet, TableBuilder};
 
@@ -372,17 +372,21 @@ fn port_label(port: &ServicePort) -> String {
     }
 }
 
-/// The ready endpoints of every slice for the Service port named `port_name`, merged.
+/// The endpoints of every slice for the Service port named `port_name`, merged: the ready ones,
+/// and those terminating but still serving.
 ///
 /// Each slice's port is the one with the same name as the Service port (an unnamed Service port
 /// matches an unnamed slice port); its number is the target port, which may differ per slice.
-/// An endpoint counts when `conditions.ready` is true or absent; its first address is used.
+/// An endpoint is ready when `conditions.ready` is true or absent. One that is not ready counts
+/// as terminating-but-serving when `serving` and `terminating` are both true; any other is left
+/// out. Its first address is used.
 pub fn ready_endpoints<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
     port_name: Option<&str>,
 ) -> EndpointSet {
     let wanted = port_name.unwrap_or_default();
-    let mut endpoints = Vec::new();
+    let mut ready = Vec::new();
+    let mut terminating = Vec::new();
     for slice in slices {
         let slice_port = slice
             .ports
@@ -394,18 +398,22 @@ pub fn ready_endpoints<'a>(
             continue;
         };
         for endpoint in slice.endpoints.as_deref().unwrap_or_default() {
-            let ready = endpoint
-                .conditions
-                .as_ref()
-                .and_then(|c| c.ready)
-                .unwrap_or(true);
-            let address = endpoint.addresses.first();
-            if let (true, Some(address)) = (ready, address) {
-                endpoints.extend(endpoint_at(address, port));
-            }
+            let Some(address) = endpoint.addresses.first() else {
+                continue;
+            };
+            let conditions = endpoint.conditions.as_ref();
+            let flag = |get: fn(&EndpointConditions) -> Option<bool>| conditions.and_then(get);
+            let list = if flag(|c| c.ready).unwrap_or(true) {
+                &mut ready
+            } else if flag(|c| c.serving) == Some(true) && flag(|c| c.terminating) == Some(true) {
+                &mut terminating
+            } else {
+                continue;
+            };
+            list.extend(endpoint_at(address, port));
         }
     }
-    EndpointSet::new(endpoints)
+    EndpointSet::with_terminating(ready, terminating)
 }
 
 /// `ip:port`, `[ipv6]:port` or `name:port` as an endpoint; `None` if it is not a valid authority.

@@ -199,6 +199,7 @@ impl<'a> Compiler<'a> {
                         path_match,
                         backend,
                         current.source.clone(),
+                        Arc::default(),
                     );
                 }
             }
@@ -217,7 +218,7 @@ impl<'a> Compiler<'a> {
             return;
         }
         if let Some(id) = self.backend_of(backend, current, BackendField::Default) {
-            self.builder.set_default_backend(id);
+            self.builder.set_default_backend(id, Arc::default());
             self.default_backend_owner = Some(current.owner);
         }
     }

@@ -1,0 +1,130 @@
+//! The data plane's runtime state in one place: per-endpoint connections and health, per-backend retry budgets, and counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use hashbrown::HashMap;
+use sluice_routing::{BackendId, Condition, Endpoint, EndpointSet};
+
+use crate::budget::RetryBudget;
+use crate::health::EndpointStats;
+use crate::pool::ConnectionPool;
+
+/// One endpoint's connections and what the proxy learnt about it.
+#[derive(Default)]
+pub(crate) struct EndpointRuntime {
+    pub(crate) pool: Arc<ConnectionPool>,
+    pub(crate) stats: Arc<EndpointStats>,
+}
+
+/// Counters of the data plane, read by the metrics endpoint.
+#[derive(Debug, Default)]
+pub struct ProxyCounters {
+    /// Attempts made after a request's first.
+    pub retries: AtomicU64,
+    /// Retries refused because the backend's retry budget was spent.
+    pub retries_over_budget: AtomicU64,
+    /// Endpoints ejected after consecutive failed connects.
+    pub ejections: AtomicU64,
+    /// Requests sent to the ClusterIP fallback.
+    pub fallbacks: AtomicU64,
+}
+
+impl ProxyCounters {
+    pub(crate) fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Runtime state keyed by endpoint address and backend id. Entries appear on first use and
+/// endpoints leave when their backend's set no longer lists them.
+#[derive(Default)]
+pub struct Runtime {
+    endpoints: RwLock<HashMap<Endpoint, Arc<EndpointRuntime>>>,
+    budgets: RwLock<HashMap<BackendId, Arc<RetryBudget>>>,
+    pub(crate) counters: ProxyCounters,
+}
+
+impl Runtime {
+    pub fn counters(&self) -> &ProxyCounters {
+        &self.counters
+    }
+
+    pub(crate) fn endpoint(&self, endpoint: &Endpoint) -> Arc<EndpointRuntime> {
+        if let Some(found) = self
+            .endpoints
+            .read()
+            .ok()
+            .and_then(|map| map.get(endpoint).cloned())
+        {
+            return found;
+        }
+        match self.endpoints.write() {
+            Ok(mut map) => map.entry(endpoint.clone()).or_default().clone(),
+            Err(_) => Arc::default(),
+        }
+    }
+
+    pub(crate) fn budget(&self, backend: &BackendId) -> Arc<RetryBudget> {
+        if let Some(found) = self
+            .budgets
+            .read()
+            .ok()
+            .and_then(|map| map.get(backend).cloned())
+        {
+            return found;
+        }
+        match self.budgets.write() {
+            Ok(mut map) => map.entry(backend.clone()).or_default().clone(),
+            Err(_) => Arc::default(),
+        }
+    }
+
+    /// Idle connections the proxy keeps to `endpoint` (for tests and the admin API).
+    pub fn idle_connections(&self, endpoint: &Endpoint) -> usize {
+        self.endpoints
+            .read()
+            .ok()
+            .and_then(|map| map.get(endpoint).map(|rt| rt.pool.idle_count()))
+            .unwrap_or(0)
+    }
+
+    /// A backend's set changed from `old` to `new`: endpoints that stopped being ready have
+    /// their idle connections closed, and endpoints no longer listed are forgotten.
+    pub(crate) fn endpoints_changed(&self, old: &EndpointSet, new: &EndpointSet) {
+        let mut gone = Vec::new();
+        for endpoint in old.iter() {
+            let was_ready = old.condition(endpoint) == Some(Condition::Ready);
+            let now = new.condition(endpoint);
+            if was_ready && now != Some(Condition::Ready) {
+                if let Some(runtime) = self.existing(endpoint) {
+                    runtime.pool.retire();
+                }
+            }
+            if now.is_none() {
+                gone.push(endpoint);
+            }
+        }
+        if gone.is_empty() {
+            return;
+        }
+        if let Ok(mut map) = self.endpoints.write() {
+            for endpoint in gone {
+                if let Some(runtime) = map.remove(endpoint) {
+                    runtime.pool.retire();
+                }
+            }
+        }
+    }
+
+    /// A backend left the table: forget its retry budget.
+    pub(crate) fn backend_removed(&self, backend: &BackendId) {
+        if let Ok(mut map) = self.budgets.write() {
+            map.remove(backend);
+        }
+    }
+
+    fn existing(&self, endpoint: &Endpoint) -> Option<Arc<EndpointRuntime>> {
+        self.endpoints.read().ok()?.get(endpoint).cloned()
+    }
+}

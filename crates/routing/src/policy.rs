@@ -1,0 +1,200 @@
+//! How a route uses its backend: the balancer, sticky sessions, retries and the ClusterIP fallback.
+//!
+//! A policy is plain data compiled from annotations. It belongs to a route, not to a backend,
+//! because two Ingresses may send to the same Service port with different settings.
+
+use std::time::Duration;
+
+use http::HeaderName;
+use serde::Serialize;
+
+use crate::backend::Endpoint;
+
+/// Everything a route asks of the data plane besides where to send.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RoutePolicy {
+    pub balancer: Balancer,
+    /// Cookie-based session affinity; `None` balances every request afresh.
+    pub sticky: Option<StickyCookie>,
+    pub retry: RetryPolicy,
+    /// The Service's ClusterIP, used when the backend has no endpoints or every endpoint
+    /// attempt failed (`sluice.dev/service-upstream: fallback`).
+    pub fallback: Option<Endpoint>,
+}
+
+/// How the next endpoint is chosen. Every balancer yields an ordered list of candidates, so a
+/// retry or a sticky miss takes the next one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balancer {
+    /// Each endpoint in turn.
+    #[default]
+    RoundRobin,
+    /// The less busy of two endpoints picked at random (power of two choices).
+    LeastRequest,
+    /// Power of two choices scored by peak-EWMA latency times requests in flight.
+    Ewma,
+    /// Consistent (rendezvous) hashing of a request key: adding one endpoint to N moves about
+    /// 1/(N+1) of the keys.
+    Hash(HashKey),
+}
+
+/// The part of a request a [`Balancer::Hash`] hashes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HashKey {
+    /// The client's IP address (`$remote_addr`).
+    ClientAddress,
+    /// A request header (`$http_x_user`).
+    Header(#[serde(serialize_with = "serialize_header_name")] HeaderName),
+    /// A cookie (`$cookie_session`).
+    Cookie(String),
+    /// Path and query (`$request_uri`).
+    RequestUri,
+    /// Path only (`$uri`).
+    Path,
+    /// The request's host (`$host`).
+    Host,
+}
+
+fn serialize_header_name<S: serde::Serializer>(
+    name: &HeaderName,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(name.as_str())
+}
+
+/// The `SameSite` attribute of a session cookie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum SameSite {
+    Strict,
+    Lax,
+    None,
+}
+
+/// A session cookie naming the endpoint by an opaque keyed hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StickyCookie {
+    pub name: String,
+    pub path: String,
+    pub domain: Option<String>,
+    /// `Max-Age`, in seconds.
+    pub max_age: Option<u64>,
+    /// `Expires`, as seconds from the moment the cookie is set.
+    pub expires: Option<u64>,
+    pub secure: bool,
+    pub http_only: bool,
+    pub same_site: Option<SameSite>,
+}
+
+impl StickyCookie {
+    /// ingress-nginx's default cookie name.
+    pub const DEFAULT_NAME: &'static str = "INGRESSCOOKIE";
+
+    /// A session cookie with this name and ingress-nginx's other defaults (path `/`, HttpOnly).
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            path: "/".to_owned(),
+            domain: None,
+            max_age: None,
+            expires: None,
+            secure: false,
+            http_only: true,
+            same_site: None,
+        }
+    }
+}
+
+/// When a failed attempt is tried again on another endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RetryPolicy {
+    pub on: RetryOn,
+    /// Attempts in all, the first included (`proxy-next-upstream-tries`); 1 never retries.
+    pub tries: u32,
+    /// Give up retrying once this much time has passed since the first attempt.
+    pub timeout: Option<Duration>,
+    /// Response-header timeout of each attempt; `None` uses the proxy-wide timeout.
+    pub per_try_timeout: Option<Duration>,
+}
+
+impl RetryPolicy {
+    /// ingress-nginx's default number of tries.
+    pub const DEFAULT_TRIES: u32 = 3;
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            on: RetryOn::default(),
+            tries: Self::DEFAULT_TRIES,
+            timeout: None,
+            per_try_timeout: None,
+        }
+    }
+}
+
+/// The conditions `proxy-next-upstream` lists. A connection that could not be set up is always
+/// retried unless retries are off, because nothing reached the endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RetryOn {
+    /// The request was sent and the connection then failed (`error`).
+    pub error: bool,
+    /// The endpoint sent no response headers in time (`timeout`).
+    pub timeout: bool,
+    pub http_500: bool,
+    pub http_502: bool,
+    pub http_503: bool,
+    pub http_504: bool,
+    pub http_429: bool,
+    /// Retry after sending even for methods that are not idempotent (`non_idempotent`).
+    pub non_idempotent: bool,
+    /// `off`: no attempt is ever retried, not even a failed connect.
+    pub off: bool,
+}
+
+impl Default for RetryOn {
+    /// `error timeout http_502 http_503 http_504`.
+    fn default() -> Self {
+        Self {
+            error: true,
+            timeout: true,
+            http_500: false,
+            http_502: true,
+            http_503: true,
+            http_504: true,
+            http_429: false,
+            non_idempotent: false,
+            off: false,
+        }
+    }
+}
+
+impl RetryOn {
+    /// No conditions at all (the start of parsing a `proxy-next-upstream` list).
+    pub fn none() -> Self {
+        Self {
+            error: false,
+            timeout: false,
+            http_500: false,
+            http_502: false,
+            http_503: false,
+            http_504: false,
+            http_429: false,
+            non_idempotent: false,
+            off: false,
+        }
+    }
+
+    /// Whether a response with this status is retried.
+    pub fn status(&self, status: u16) -> bool {
+        match status {
+            500 => self.http_500,
+            502 => self.http_502,
+            503 => self.http_503,
+            504 => self.http_504,
+            429 => self.http_429,
+            _ => false,
+        }
+    }
+}
