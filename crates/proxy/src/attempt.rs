@@ -20,7 +20,7 @@ use crate::body::RequestBody;
 use crate::error::ProxyError;
 use crate::health::{Admission, InFlight};
 use crate::pool::{Connection, ConnectionPool};
-use crate::runtime::{EndpointRuntime, ProxyCounters, Runtime};
+use crate::runtime::{EndpointRuntime, Runtime};
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
@@ -101,11 +101,11 @@ impl<'a> Exchange<'a> {
         let mut held: Option<Answer> = None;
         while let Some((endpoint, fresh)) = self.next_target() {
             if self.attempts > 0 && !budget.try_retry(Instant::now()) {
-                ProxyCounters::add(&self.settings.runtime.counters.retries_over_budget);
+                self.settings.runtime.counters.retries_over_budget.inc();
                 break;
             }
             if self.attempts > 0 {
-                ProxyCounters::add(&self.settings.runtime.counters.retries);
+                self.settings.runtime.counters.retries.inc();
             }
             self.attempts += 1;
             held = None;
@@ -192,7 +192,7 @@ impl<'a> Exchange<'a> {
             return None;
         }
         self.fallback_used = true;
-        ProxyCounters::add(&self.settings.runtime.counters.fallbacks);
+        self.settings.runtime.counters.fallbacks.inc();
         self.policy
             .fallback
             .clone()
@@ -287,7 +287,7 @@ impl<'a> Exchange<'a> {
             .count();
         let may_eject = ejected < eligible.len() / 2;
         if runtime.stats.record_connect_failure(now, may_eject) {
-            ProxyCounters::add(&self.settings.runtime.counters.ejections);
+            self.settings.runtime.counters.ejections.inc();
         }
     }
 

@@ -24,7 +24,7 @@ pub use body::{TrackedBody, DEFAULT_REPLAY_LIMIT};
 pub use error::ProxyError;
 pub use pipeline::{Proxy, ProxyBody};
 pub use runtime::{ProxyCounters, Runtime};
-pub use server::{serve, ShutdownSignal};
+pub use server::{serve, Phase, ShutdownSignal, ShutdownTrigger};
 pub use sticky::SessionKey;
 pub use table_handle::TableHandle;
 pub use upstream::{UpstreamOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_HEADER_TIMEOUT};

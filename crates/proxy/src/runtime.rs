@@ -1,9 +1,9 @@
 //! The data plane's runtime state in one place: per-endpoint connections and health, per-backend retry budgets, and counters.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use hashbrown::HashMap;
+use prometheus_client::metrics::counter::Counter;
 use sluice_routing::{BackendId, Condition, Endpoint, EndpointSet};
 
 use crate::budget::RetryBudget;
@@ -17,23 +17,17 @@ pub(crate) struct EndpointRuntime {
     pub(crate) stats: Arc<EndpointStats>,
 }
 
-/// Counters of the data plane, read by the metrics endpoint.
+/// Counters of the data plane; the metrics registry holds clones that share the same values.
 #[derive(Debug, Default)]
 pub struct ProxyCounters {
     /// Attempts made after a request's first.
-    pub retries: AtomicU64,
+    pub retries: Counter,
     /// Retries refused because the backend's retry budget was spent.
-    pub retries_over_budget: AtomicU64,
+    pub retries_over_budget: Counter,
     /// Endpoints ejected after consecutive failed connects.
-    pub ejections: AtomicU64,
+    pub ejections: Counter,
     /// Requests sent to the ClusterIP fallback.
-    pub fallbacks: AtomicU64,
-}
-
-impl ProxyCounters {
-    pub(crate) fn add(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
+    pub fallbacks: Counter,
 }
 
 /// Runtime state keyed by endpoint address and backend id. Entries appear on first use and

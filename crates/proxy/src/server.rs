@@ -1,4 +1,4 @@
-//! Listeners: accept TCP connections, serve HTTP/1.1 or h2c (prior knowledge) on each, and drain gracefully on shutdown.
+//! Listeners: accept TCP connections, serve HTTP/1.1 or h2c (prior knowledge) on each, and shut down in phases: drain, stop, finish.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -14,30 +14,70 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// Tells servers to stop accepting and drain. Cloned into every server of the process.
-#[derive(Clone, Debug)]
-pub struct ShutdownSignal(watch::Receiver<bool>);
+/// Where a process is in its shutdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    Serving,
+    /// Told to stop: readiness fails so load balancers move away, but requests are still
+    /// served on every connection.
+    Draining,
+    /// Listeners close, idle keep-alive connections close, requests in flight finish.
+    Stopping,
+}
 
-impl ShutdownSignal {
-    /// A signal and the sender that fires it (send `true`, or drop the sender).
-    pub fn new() -> (watch::Sender<bool>, Self) {
-        let (sender, receiver) = watch::channel(false);
-        (sender, Self(receiver))
+/// Moves every server of the process through the shutdown phases.
+#[derive(Debug)]
+pub struct ShutdownTrigger(watch::Sender<Phase>);
+
+impl ShutdownTrigger {
+    /// Enters [`Phase::Draining`] (no-op once stopping).
+    pub fn drain(&self) {
+        self.0.send_if_modified(|phase| {
+            let changed = *phase == Phase::Serving;
+            if changed {
+                *phase = Phase::Draining;
+            }
+            changed
+        });
     }
 
-    /// Resolves once shutdown has been asked for.
-    pub async fn wait(mut self) {
-        let _ = self.0.wait_for(|stop| *stop).await;
+    /// Enters [`Phase::Stopping`]. Dropping the trigger does the same.
+    pub fn stop(&self) {
+        let _ = self.0.send(Phase::Stopping);
     }
 }
 
-/// Serves `handler` on every connection accepted from `listener` until `shutdown` fires, then
-/// waits up to `drain_timeout` for requests in flight to finish.
+/// Tells servers to drain and stop. Cloned into every server of the process.
+#[derive(Clone, Debug)]
+pub struct ShutdownSignal(watch::Receiver<Phase>);
+
+impl ShutdownSignal {
+    /// A signal and the trigger that moves it on.
+    pub fn new() -> (ShutdownTrigger, Self) {
+        let (sender, receiver) = watch::channel(Phase::Serving);
+        (ShutdownTrigger(sender), Self(receiver))
+    }
+
+    /// Resolves once the servers should stop accepting (or the trigger is gone).
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|phase| *phase == Phase::Stopping).await;
+    }
+
+    /// Resolves once draining has begun (or the trigger is gone).
+    pub async fn draining(mut self) {
+        let _ = self.0.wait_for(|phase| *phase >= Phase::Draining).await;
+    }
+}
+
+/// Serves `handler` on every connection accepted from `listener` until `shutdown` reaches
+/// [`Phase::Stopping`], then closes the listener, closes idle keep-alive connections (HTTP/1.1
+/// answers in flight with `Connection: close`, HTTP/2 sends GOAWAY) and waits up to
+/// `grace_period` for requests in flight to finish.
 pub async fn serve<F, Fut, B>(
     listener: TcpListener,
     handler: F,
     shutdown: ShutdownSignal,
-    drain_timeout: Duration,
+    grace_period: Duration,
 ) where
     F: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
@@ -80,13 +120,13 @@ pub async fn serve<F, Fut, B>(
         });
     }
     drop(listener);
-    if tokio::time::timeout(drain_timeout, graceful.shutdown())
+    if tokio::time::timeout(grace_period, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::warn!(
-            ?drain_timeout,
-            "connections still open after the drain timeout; closing them"
+            ?grace_period,
+            "requests still in flight after the grace period; closing their connections"
         );
     }
 }

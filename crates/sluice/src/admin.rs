@@ -29,6 +29,7 @@ struct RoutesResponse<'a> {
 #[serde(rename_all = "camelCase")]
 struct StatusResponse {
     ready: bool,
+    draining: bool,
     generation: u64,
     /// `null` when serving from a manifest directory.
     watches: Option<Vec<WatchReport>>,
@@ -48,6 +49,10 @@ pub async fn handle(
     }
     match request.uri().path() {
         "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if control.is_draining() => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: shutting down, requests are still served\n",
+        ),
         "/readyz" if control.is_ready() => text(StatusCode::OK, "ready\n"),
         "/readyz" => text(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -83,6 +88,7 @@ fn status(control: &ControlPlane) -> Response<Full<Bytes>> {
     };
     json(&StatusResponse {
         ready: control.is_ready(),
+        draining: control.is_draining(),
         generation: status.generation,
         watches: control.watch_reports(),
         activity: control.activity(),

@@ -63,9 +63,6 @@ pub struct ProxyArgs {
     /// Timeout for an endpoint's response headers once the request is sent; expiry answers 504.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub response_header_timeout: Duration,
-    /// On shutdown, how long to let requests in flight finish.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    pub drain_timeout: Duration,
     /// Secret that keys sticky-session cookie values; give every replica the same one. Without
     /// it a built-in key is used: replicas still agree, but values are not secret.
     #[arg(
@@ -108,6 +105,14 @@ pub struct ServeArgs {
     pub class: ClassArgs,
     #[command(flatten)]
     pub proxy: ProxyArgs,
+    /// On SIGTERM, how long /readyz answers 503 while sluice keeps serving, so load balancers
+    /// stop sending before the listener closes.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub shutdown_delay: Duration,
+    /// After the shutdown delay, how long requests in flight may finish before their
+    /// connections are closed.
+    #[arg(long, alias = "drain-timeout", default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub grace_period: Duration,
 }
 
 /// Flags of the Kubernetes source.
@@ -213,7 +218,8 @@ impl ServeArgs {
         ServeConfig {
             compile: self.class.compile_options(),
             upstream: self.proxy.upstream_options(),
-            drain_timeout: self.proxy.drain_timeout,
+            shutdown_delay: self.shutdown_delay,
+            grace_period: self.grace_period,
             source,
             listen: self.listen,
             admin: self.admin,

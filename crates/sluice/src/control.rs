@@ -69,19 +69,23 @@ pub struct ControlPlane {
     status: ArcSwap<Status>,
     generation: AtomicU64,
     ready: AtomicBool,
+    draining: AtomicBool,
     metrics: Arc<Metrics>,
     activity: Mutex<Activity>,
     watches: OnceLock<Arc<WatchRegistry>>,
 }
 
 impl ControlPlane {
-    pub fn new(options: CompileOptions, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(options: CompileOptions) -> Arc<Self> {
+        let table = TableHandle::default();
+        let metrics = Arc::new(Metrics::new(table.runtime().counters()));
         Arc::new(Self {
-            table: TableHandle::default(),
+            table,
             options,
             status: ArcSwap::from_pointee(Status::default()),
             generation: AtomicU64::new(0),
             ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             metrics,
             activity: Mutex::new(Activity::default()),
             watches: OnceLock::new(),
@@ -116,6 +120,15 @@ impl ControlPlane {
     /// True once the first table has been published; stays true.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// Whether the process is shutting down (readiness fails from then on).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Release);
     }
 
     /// Compiles a manifest-directory load and publishes it.

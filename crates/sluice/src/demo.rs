@@ -57,11 +57,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         admin: args.admin,
         compile: CompileOptions::default(),
         upstream: UpstreamOptions::default(),
-        drain_timeout: Duration::from_secs(2),
+        shutdown_delay: Duration::ZERO,
+        grace_period: Duration::from_secs(2),
     };
     let server = Server::bind(config).await?;
     print_instructions(&args, dir.path(), &pods);
-    server.run(shutdown_on_signal()).await
+    server.run(shutdown_on_signal(Duration::ZERO)).await
 }
 
 /// Starts the three pods on one port number, as pods behind one targetPort listen.

@@ -34,9 +34,11 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::run(args.into_config(), serve::shutdown_on_signal())
-                .await
-                .map(|()| true),
+            Command::Serve(args) => {
+                let config = args.into_config();
+                let shutdown = serve::shutdown_on_signal(config.shutdown_delay);
+                serve::run(config, shutdown).await.map(|()| true)
+            }
             Command::Check(args) => check::run(&args),
             Command::Demo(args) => demo::run(args).await.map(|()| true),
         }

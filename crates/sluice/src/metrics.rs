@@ -1,9 +1,10 @@
-//! Prometheus metrics of the control plane: endpoint propagation, compile time and publishes.
+//! Prometheus metrics: endpoint propagation, compile time and publishes, plus the data plane's retry, ejection and fallback counters.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use sluice_proxy::ProxyCounters;
 
 /// Every metric sluice exports, registered once.
 pub struct Metrics {
@@ -17,7 +18,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    /// The control plane's metrics plus the data plane's counters, which keep counting in the
+    /// proxy and are read at each scrape.
+    pub fn new(proxy: &ProxyCounters) -> Self {
         let mut registry = Registry::with_prefix("sluice");
         // 10 µs to about 5 s, doubling.
         let endpoint_propagation = Histogram::new(exponential_buckets(0.000_01, 2.0, 20));
@@ -38,6 +41,7 @@ impl Metrics {
             "Routing tables published",
             publishes.clone(),
         );
+        register_proxy_counters(&mut registry, proxy);
         Self {
             registry,
             endpoint_propagation,
@@ -53,5 +57,33 @@ impl Metrics {
             tracing::warn!(%error, "cannot encode metrics");
         }
         text
+    }
+}
+
+fn register_proxy_counters(registry: &mut Registry, proxy: &ProxyCounters) {
+    let counters = [
+        (
+            "upstream_retries",
+            "Attempts sent to another endpoint after a request's first attempt failed",
+            &proxy.retries,
+        ),
+        (
+            "upstream_retries_over_budget",
+            "Retries not made because the backend's retry budget (20% over 10 s) was spent",
+            &proxy.retries_over_budget,
+        ),
+        (
+            "endpoint_ejections",
+            "Endpoints ejected after consecutive failed connects",
+            &proxy.ejections,
+        ),
+        (
+            "clusterip_fallbacks",
+            "Requests sent to a Service's ClusterIP because no endpoint attempt was left (service-upstream: fallback)",
+            &proxy.fallbacks,
+        ),
+    ];
+    for (name, help, counter) in counters {
+        registry.register(name, help, counter.clone());
     }
 }

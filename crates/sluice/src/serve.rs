@@ -14,7 +14,6 @@ use tokio::net::TcpListener;
 use crate::admin;
 use crate::control::ControlPlane;
 use crate::kube_source::{self, KubeConfig, KubeSource};
-use crate::metrics::Metrics;
 
 /// Where the snapshot comes from.
 #[derive(Debug, Clone)]
@@ -33,7 +32,10 @@ pub struct ServeConfig {
     pub admin: SocketAddr,
     pub compile: CompileOptions,
     pub upstream: UpstreamOptions,
-    pub drain_timeout: Duration,
+    /// On SIGTERM: how long to keep serving with /readyz failing.
+    pub shutdown_delay: Duration,
+    /// Then: how long requests in flight may finish.
+    pub grace_period: Duration,
 }
 
 /// A started source, ready to loop.
@@ -66,7 +68,7 @@ impl Server {
         let admin_listener = TcpListener::bind(config.admin)
             .await
             .with_context(|| format!("cannot listen on {} (--admin)", config.admin))?;
-        let control = ControlPlane::new(config.compile.clone(), Arc::new(Metrics::new()));
+        let control = ControlPlane::new(config.compile.clone());
         let source = match &config.source {
             SourceConfig::Manifests(dir) => {
                 let changes = watch_dir(dir)?;
@@ -109,14 +111,15 @@ impl Server {
             proxy_listener,
             proxy_handler,
             shutdown.clone(),
-            config.drain_timeout,
+            config.grace_period,
         ));
         let admin_task = tokio::spawn(serve(
             admin_listener,
             admin_handler,
             shutdown.clone(),
-            config.drain_timeout,
+            config.grace_period,
         ));
+        tokio::spawn(mark_draining(shutdown.clone(), control.clone()));
         match source {
             Source::Manifests { source, changes } => {
                 reload_until_shutdown(source, changes, &control, shutdown).await
@@ -163,13 +166,31 @@ async fn reload_until_shutdown(
     }
 }
 
-/// A shutdown signal that fires on Ctrl-C or SIGTERM.
-pub fn shutdown_on_signal() -> ShutdownSignal {
-    let (sender, signal) = ShutdownSignal::new();
+/// Fails readiness once the shutdown starts draining.
+async fn mark_draining(shutdown: ShutdownSignal, control: Arc<ControlPlane>) {
+    shutdown.draining().await;
+    control.set_draining();
+}
+
+/// A shutdown signal driven by Ctrl-C or SIGTERM: the first starts draining (readiness fails,
+/// serving goes on) for `delay`, then stops; a second signal stops at once.
+pub fn shutdown_on_signal(delay: Duration) -> ShutdownSignal {
+    let (trigger, signal) = ShutdownSignal::new();
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("shutting down: draining requests in flight");
-        let _ = sender.send(true);
+        trigger.drain();
+        tracing::info!(
+            ?delay,
+            "shutting down: /readyz answers 503 while serving goes on"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = wait_for_signal() => tracing::info!("second signal: stopping now"),
+        }
+        tracing::info!(
+            "stopped accepting; closing idle connections and finishing requests in flight"
+        );
+        trigger.stop();
     });
     signal
 }

@@ -32,6 +32,35 @@ pub struct Reply {
     pub body: String,
 }
 
+/// Sends `method url` with the given Host header, extra headers and body, and reads the whole
+/// answer.
+pub async fn send(
+    client: &Client<HttpConnector, TestBody>,
+    method: http::Method,
+    url: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(url)
+        .header("host", host);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Either::Left(Full::new(body)))?)
+        .await?;
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await?.to_bytes();
+    Ok(Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
 /// GETs `url` with the given Host header and reads the whole answer.
 pub async fn get(
     client: &Client<HttpConnector, TestBody>,

@@ -5,6 +5,7 @@
 //! - `/__testkit/upload` reads the whole request body and answers with its length;
 //! - `/__testkit/sleep/MS` waits MS milliseconds before answering;
 //! - `/__testkit/reset` closes the connection without answering;
+//! - `/__testkit/status/N` answers status N (with the backend's name as the body);
 //! - `/__testkit/hop-headers` answers with hop-by-hop headers a proxy must strip
 //!   (`Connection: x-hop-secret`, `X-Hop-Secret`, `Keep-Alive`) next to `X-Kept: yes`.
 //!
@@ -47,6 +48,7 @@ pub struct EchoBackend {
     name: String,
     addr: SocketAddr,
     requests: Arc<AtomicU64>,
+    connections: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
@@ -60,12 +62,13 @@ impl EchoBackend {
     pub async fn start_on(name: &str, addr: SocketAddr) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let requests = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(accept_loop(listener, name.to_owned(), requests.clone()));
+        let counters = Counters::default();
+        let task = tokio::spawn(accept_loop(listener, name.to_owned(), counters.clone()));
         Ok(Self {
             name: name.to_owned(),
             addr,
-            requests,
+            requests: counters.requests,
+            connections: counters.open_connections,
             task,
         })
     }
@@ -82,6 +85,18 @@ impl EchoBackend {
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }
+
+    /// How many client connections are open right now.
+    pub fn open_connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+}
+
+/// What the accept loop counts for the backend's owner.
+#[derive(Clone, Default)]
+struct Counters {
+    requests: Arc<AtomicU64>,
+    open_connections: Arc<AtomicU64>,
 }
 
 impl Drop for EchoBackend {
@@ -90,14 +105,17 @@ impl Drop for EchoBackend {
     }
 }
 
-async fn accept_loop(listener: TcpListener, name: String, requests: Arc<AtomicU64>) {
+async fn accept_loop(listener: TcpListener, name: String, counters: Counters) {
     let name: Arc<str> = name.into();
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        let (name, requests) = (name.clone(), requests.clone());
+        let name = name.clone();
+        let requests = counters.requests.clone();
+        let open = counters.open_connections.clone();
+        open.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 requests.fetch_add(1, Ordering::Relaxed);
@@ -106,6 +124,7 @@ async fn accept_loop(listener: TcpListener, name: String, requests: Arc<AtomicU6
             let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
+            open.fetch_sub(1, Ordering::Relaxed);
         });
     }
 }
@@ -129,6 +148,14 @@ async fn answer(
     }
     if path == "/__testkit/reset" {
         return Err(EchoError("reset on request"));
+    }
+    if let Some(code) = path.strip_prefix("/__testkit/status/") {
+        let status = code
+            .parse::<u16>()
+            .ok()
+            .and_then(|code| StatusCode::from_u16(code).ok())
+            .ok_or(EchoError("bad status"))?;
+        return Ok(text(status, format!("{name}\n")));
     }
     if path == "/__testkit/hop-headers" {
         let mut response = text(StatusCode::OK, format!("{name}\n"));

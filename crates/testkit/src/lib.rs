@@ -6,6 +6,6 @@ mod echo;
 mod load;
 
 pub use body::{PatternBody, PATTERN_CHUNK};
-pub use client::{get, h2c_client, http_client, Reply};
+pub use client::{get, h2c_client, http_client, send, Reply};
 pub use echo::{EchoBackend, EchoError};
 pub use load::{LoadReport, LoadRun};

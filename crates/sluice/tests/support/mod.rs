@@ -245,3 +245,53 @@ pub fn run_check(dir: &Path) -> (Option<i32>, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
     )
 }
+
+/// An endpoint's conditions as its EndpointSlice states them.
+#[derive(Clone, Copy, Debug)]
+pub enum PodState {
+    Ready,
+    /// Terminating but still serving (during a graceful shutdown).
+    Draining,
+    /// Terminating and no longer serving.
+    Gone,
+}
+
+/// A Service with one port and one EndpointSlice listing `endpoints` with their conditions.
+pub fn service_with_states(name: &str, port: u16, endpoints: &[(SocketAddr, PodState)]) -> String {
+    let mut yaml = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  clusterIP: 10.96.0.10\n  ports:\n  - port: {port}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-slice\n  labels:\n    kubernetes.io/service-name: {name}\naddressType: IPv4\nports:\n- port: {}\nendpoints:\n",
+        endpoints.first().map_or(80, |(addr, _)| addr.port())
+    );
+    for (endpoint, state) in endpoints {
+        let (ready, serving, terminating) = match state {
+            PodState::Ready => (true, true, false),
+            PodState::Draining => (false, true, true),
+            PodState::Gone => (false, false, true),
+        };
+        writeln!(
+            yaml,
+            "- addresses: [\"{}\"]\n  conditions: {{ready: {ready}, serving: {serving}, terminating: {terminating}}}",
+            endpoint.ip()
+        )
+        .unwrap();
+    }
+    yaml
+}
+
+/// [`ingress`] with annotations.
+pub fn annotated_ingress(
+    name: &str,
+    host: &str,
+    paths: &[(&str, &str, &str, u16)],
+    annotations: &[(&str, &str)],
+) -> String {
+    let mut block = String::from("  annotations:\n");
+    for (key, value) in annotations {
+        writeln!(block, "    {key}: {value:?}").unwrap();
+    }
+    ingress(name, host, paths).replacen(
+        &format!("  name: {name}\n"),
+        &format!("  name: {name}\n{block}"),
+        1,
+    )
+}
