@@ -82,7 +82,7 @@ pub struct DrillOptions {
     #[arg(long, value_enum, default_value = "GET", ignore_case = true)]
     pub method: Method,
     /// How long a new pod takes to become ready.
-    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub ready_delay: Duration,
     /// How long an endpoint change takes to reach the proxy and the ClusterIP.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
@@ -113,7 +113,7 @@ impl Default for DrillOptions {
             pods: 5,
             rps: 1000,
             method: Method::Get,
-            ready_delay: Duration::from_millis(500),
+            ready_delay: Duration::from_secs(1),
             endpoint_lag: Duration::from_secs(1),
             termination: Termination::Graceful,
             mode: Mode::Endpoints,

@@ -4,6 +4,12 @@
 //! method; after the request was sent, only idempotent methods (or requests carrying
 //! `Idempotency-Key`) with a replayable body; after response bytes went to the client, never
 //! (an attempt ends when response headers arrive, so this holds by construction).
+//!
+//! What limits retries: every attempt goes to an endpoint not tried yet. Attempts that reached
+//! an endpoint count against the route's tries, and their retries against the backend's retry
+//! budget. A failed connect puts no load on any endpoint, so it counts against neither: a
+//! request keeps looking for a listening endpoint among those not yet tried (and not ejected).
+//! With a single address (service-upstream, ExternalName) every attempt counts.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,7 +67,12 @@ pub(crate) struct Exchange<'a> {
     /// Endpoints tried, and endpoints skipped because they are ejected.
     skip: Vec<Endpoint>,
     pinned: Option<Endpoint>,
+    /// Attempts made.
     attempts: u32,
+    /// Attempts that count against the route's tries.
+    charged: u32,
+    /// Whether the last failed attempt had reached its endpoint (its retry costs budget).
+    last_reached: bool,
     fallback_used: bool,
     started: Instant,
 }
@@ -88,6 +99,8 @@ impl<'a> Exchange<'a> {
             skip: Vec::new(),
             pinned,
             attempts: 0,
+            charged: 0,
+            last_reached: false,
             fallback_used: false,
             started: Instant::now(),
         }
@@ -100,7 +113,7 @@ impl<'a> Exchange<'a> {
         let mut last_error = ProxyError::NoEndpoints;
         let mut held: Option<Answer> = None;
         while let Some((endpoint, fresh)) = self.next_target() {
-            if self.attempts > 0 && !budget.try_retry(Instant::now()) {
+            if self.last_reached && !budget.try_retry(Instant::now()) {
                 self.settings.runtime.counters.retries_over_budget.inc();
                 break;
             }
@@ -109,7 +122,12 @@ impl<'a> Exchange<'a> {
             }
             self.attempts += 1;
             held = None;
-            match self.attempt(&endpoint, fresh).await {
+            let outcome = self.attempt(&endpoint, fresh).await;
+            self.last_reached = !matches!(outcome, Err(Failure::NotSent(_)));
+            if self.last_reached || self.backend.mode() != BackendMode::Endpoints {
+                self.charged += 1;
+            }
+            match outcome {
                 Ok(answer) if self.retries_status(&answer) => held = Some(answer),
                 Ok(answer) => return Ok(answer),
                 Err(failure) => {
@@ -128,7 +146,8 @@ impl<'a> Exchange<'a> {
     /// candidates, the tries or the retry time are used up.
     fn next_target(&mut self) -> Option<(Endpoint, bool)> {
         let retry = &self.policy.retry;
-        if self.attempts >= retry.tries.max(1) && !self.fallback_due() {
+        let tries_left = self.charged < retry.tries.max(1);
+        if !tries_left && !self.fallback_due() {
             return None;
         }
         if self.attempts > 0 && retry.timeout.is_some_and(|t| self.started.elapsed() >= t) {
@@ -138,7 +157,7 @@ impl<'a> Exchange<'a> {
             // One address (a ClusterIP or a DNS name): retry it on a new connection, so
             // kube-proxy or DNS may choose another pod.
             let endpoint = self.set.eligible().first()?.clone();
-            return (self.attempts < retry.tries.max(1)).then_some((endpoint, self.attempts > 0));
+            return tries_left.then_some((endpoint, self.attempts > 0));
         }
         if let Some(pinned) = self.pinned.take() {
             let stats = &self.settings.runtime.endpoint(&pinned).stats;
@@ -146,7 +165,7 @@ impl<'a> Exchange<'a> {
                 return Some((pinned, false));
             }
         }
-        if self.attempts < retry.tries.max(1) {
+        if tries_left {
             if let Some(endpoint) = self.next_candidate() {
                 return Some((endpoint, false));
             }

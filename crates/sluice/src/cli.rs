@@ -32,6 +32,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Run a complete example: three demo pods, a ClusterIP, manifests, and sluice on 127.0.0.1:8080.
     Demo(DemoArgs),
+    /// Replay a Deployment's rolling update under load through sluice and count failed requests.
+    Drill(Box<sluice_drill::DrillOptions>),
 }
 
 /// Which Ingresses to serve.

@@ -5,6 +5,7 @@ mod check;
 mod cli;
 mod control;
 mod demo;
+mod drill;
 mod kube_source;
 mod metrics;
 mod serve;
@@ -22,6 +23,17 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging();
+    if let Command::Drill(options) = &cli.command {
+        // A drill with a kernel-DNAT ClusterIP runs in a network namespace of its own.
+        match sluice_drill::reexec_in_netns_if_needed(options) {
+            Ok(Some(status)) => return exit_code(status.code()),
+            Ok(None) => {}
+            Err(error) => {
+                eprintln!("sluice: {error:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -41,6 +53,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Check(args) => check::run(&args),
             Command::Demo(args) => demo::run(args).await.map(|()| true),
+            Command::Drill(options) => drill::run(*options).await,
         }
     });
     match result {
@@ -51,6 +64,12 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The exit code of a child process (1 when a signal ended it).
+fn exit_code(code: Option<i32>) -> std::process::ExitCode {
+    let code = code.unwrap_or(1);
+    std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 /// Logs to stderr; `RUST_LOG` overrides the default level (info).

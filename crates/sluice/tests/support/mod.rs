@@ -129,6 +129,35 @@ impl Sluice {
         self.child.id()
     }
 
+    /// Sends SIGTERM, as the kubelet does when the pod is deleted.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Waits up to `limit` for the process to exit and returns its exit code.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("sluice did not exit within {limit:?}");
+    }
+
+    /// The status code of /readyz.
+    pub async fn readyz(&self) -> u16 {
+        let url = format!("http://{}/readyz", self.admin);
+        get(&http_client(), &url, "admin")
+            .await
+            .map_or(0, |reply| reply.status.as_u16())
+    }
+
     /// Peak resident memory of the sluice process, in bytes (VmHWM).
     pub fn peak_rss(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();

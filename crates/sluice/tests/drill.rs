@@ -1,0 +1,143 @@
+//! End-to-end: `sluice drill`, the rolling-deploy drill, run as users run it, against its published targets.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+/// Drills run one at a time: each loads the machine, and the zero-failure target should not
+/// compete with another drill for two cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `sluice drill --json` with `args`; returns the exit code and the report (the last line).
+fn drill(args: &[&str]) -> (Option<i32>, Value) {
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("drill")
+        .args(args)
+        .arg("--json")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let report = serde_json::from_str(last).unwrap_or_else(|error| {
+        panic!(
+            "no JSON report ({error}) in:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code(), report)
+}
+
+fn count(report: &Value, key: &str) -> u64 {
+    report[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} in {report}"))
+}
+
+#[test]
+fn endpoints_mode_loses_no_request_when_pods_die_abruptly_before_their_endpoints_go() {
+    let (code, report) = drill(&[
+        "--pods",
+        "5",
+        "--rps",
+        "1000",
+        "--termination",
+        "abrupt",
+        "--endpoint-lag",
+        "2s",
+        "--rollouts",
+        "3",
+        "--max-failed",
+        "0",
+    ]);
+    assert_eq!(count(&report, "failed"), 0, "{report}");
+    assert_eq!(code, Some(0), "{report}");
+    // Three rollouts of five pods take well over 15 s at 1,000 requests per second.
+    assert!(count(&report, "requests") > 15_000, "{report}");
+    assert!(
+        count(&report, "retries") > 0,
+        "the race never happened: {report}"
+    );
+    assert_eq!(report["mode"], "endpoints");
+    assert_eq!(report["termination"], "abrupt");
+    assert_eq!(report["cluster_ip"], Value::Null);
+}
+
+#[test]
+fn the_report_has_exactly_the_documented_keys_and_names_the_cluster_ip() {
+    for mode in ["service-upstream", "fallback"] {
+        let (code, report) = drill(&[
+            "--pods",
+            "3",
+            "--rps",
+            "300",
+            "--endpoint-lag",
+            "500ms",
+            "--ready-delay",
+            "300ms",
+            "--mode",
+            mode,
+        ]);
+        assert_eq!(code, Some(0), "{report}");
+        let mut keys: Vec<&str> = report
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "cluster_ip",
+                "failed",
+                "failures",
+                "mode",
+                "p50_ms",
+                "p99_ms",
+                "requests",
+                "retries",
+                "termination"
+            ]
+        );
+        assert_eq!(report["mode"], mode);
+        let emulation = report["cluster_ip"].as_str().unwrap();
+        assert!(["nftables", "userspace"].contains(&emulation), "{report}");
+        assert!(count(&report, "requests") > 500, "{report}");
+    }
+}
+
+#[test]
+fn a_drill_that_fails_more_than_allowed_exits_non_zero() {
+    // A crash cuts responses mid-body: no proxy may retry those, so some POSTs must fail.
+    let (code, report) = drill(&[
+        "--pods",
+        "3",
+        "--rps",
+        "500",
+        "--endpoint-lag",
+        "500ms",
+        "--ready-delay",
+        "300ms",
+        "--termination",
+        "crash",
+        "--method",
+        "POST",
+        "--max-failed",
+        "0",
+    ]);
+    assert!(count(&report, "failed") > 0, "{report}");
+    assert_eq!(code, Some(1), "{report}");
+    let failures: u64 = report["failures"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(failures, count(&report, "failed"), "{report}");
+}
