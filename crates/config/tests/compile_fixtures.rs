@@ -1,6 +1,6 @@
 //! Table-driven compile tests: every `fixtures/<case>.yaml` holds Kubernetes objects plus one
-//! `kind: Expectations` document saying which backend each request reaches and exactly which
-//! diagnostics the compile reports.
+//! `kind: Expectations` document saying which backend (and route policy) each request reaches
+//! and exactly which diagnostics the compile reports.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -42,10 +42,15 @@ struct ExpectedRequest {
     path: String,
     /// The backend id (`namespace/service:port`), or null for "no route" (404).
     backend: Option<String>,
-    /// The backend's exact endpoint set, when given.
+    /// The backend's exact set of ready endpoints, when given.
     endpoints: Option<Vec<String>>,
+    /// The backend's exact set of terminating-but-serving endpoints, when given.
+    terminating: Option<Vec<String>>,
     /// `endpoints`, `service-upstream` or `external-name`, when given.
     mode: Option<String>,
+    /// The route policy as JSON (`serde_json::to_value(&RoutePolicy)`); only the keys given are
+    /// compared, recursively through objects.
+    policy: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,22 +121,35 @@ fn check(path: &Path) -> Vec<String> {
             ));
             continue;
         }
-        let Some(backend) = backend.map(|t| t.backend) else {
+        let Some(target) = backend else {
             continue;
         };
-        let endpoints: Vec<String> = backend
-            .endpoints()
-            .load()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        if let Some(expected_endpoints) = &request.endpoints {
-            if &endpoints != expected_endpoints {
-                failures.push(format!(
-                    "{}{}: expected endpoints {expected_endpoints:?}, got {endpoints:?}",
-                    request.host, request.path
-                ));
+        let backend = target.backend;
+        let set = backend.endpoints().load();
+        let lists = [
+            ("endpoints", &request.endpoints, set.ready()),
+            ("terminating", &request.terminating, set.terminating()),
+        ];
+        for (what, expected_list, actual) in lists {
+            let actual: Vec<String> = actual.iter().map(ToString::to_string).collect();
+            if let Some(expected_list) = expected_list {
+                if &actual != expected_list {
+                    failures.push(format!(
+                        "{}{}: expected {what} {expected_list:?}, got {actual:?}",
+                        request.host, request.path
+                    ));
+                }
             }
+        }
+        if let Some(expected_policy) = &request.policy {
+            let actual = serde_json::to_value(target.policy).unwrap();
+            let mut mismatches = Vec::new();
+            compare_subset("policy", expected_policy, &actual, &mut mismatches);
+            failures.extend(
+                mismatches
+                    .into_iter()
+                    .map(|m| format!("{}{}: {m}", request.host, request.path)),
+            );
         }
         if let Some(mode) = &request.mode {
             if &backend.mode().to_string() != mode {
@@ -159,6 +177,20 @@ fn check(path: &Path) -> Vec<String> {
             .map(|actual| format!("unexpected diagnostic: {actual}")),
     );
     failures
+}
+
+/// Compares `expected` with `actual`, objects by the keys `expected` gives, anything else whole.
+fn compare_subset(at: &str, expected: &Value, actual: &Value, mismatches: &mut Vec<String>) {
+    match (expected, actual) {
+        (Value::Object(wanted), Value::Object(got)) => {
+            for (key, wanted) in wanted {
+                let got = got.get(key).unwrap_or(&Value::Null);
+                compare_subset(&format!("{at}.{key}"), wanted, got, mismatches);
+            }
+        }
+        _ if expected == actual => {}
+        _ => mismatches.push(format!("expected {at} = {expected}, got {actual}")),
+    }
 }
 
 #[test]

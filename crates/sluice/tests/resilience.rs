@@ -128,6 +128,9 @@ async fn every_attempt_goes_to_an_endpoint_not_yet_tried() {
     assert_eq!(sluice.metric("sluice_upstream_retries_total").await, 2.0);
 }
 
+/// A case name, the request's method, headers and body length, and how many attempts it gets.
+type RetryCase = (&'static str, Method, &'static [(&'static str, &'static str)], usize, u64);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_reached_its_endpoint_is_retried_only_when_safe() {
     let port = free_port();
@@ -136,7 +139,7 @@ async fn a_request_that_reached_its_endpoint_is_retried_only_when_safe() {
     let (_dir, sluice) = sluice_for(&ready(&addrs)).await;
     let reset = "/__testkit/reset";
     let mut expected_total = 0;
-    let cases: [(&str, Method, &[(&str, &str)], usize, u64); 5] = [
+    let cases: [RetryCase; 5] = [
         ("POST", Method::POST, &[], 10, 1),
         (
             "POST with Idempotency-Key",

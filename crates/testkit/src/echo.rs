@@ -25,7 +25,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::body::PatternBody;
 
@@ -43,7 +43,7 @@ impl std::fmt::Display for EchoError {
 
 impl std::error::Error for EchoError {}
 
-/// A running echo backend. Stops when dropped.
+/// A running echo backend. Stops when dropped, closing its connections.
 pub struct EchoBackend {
     name: String,
     addr: SocketAddr,
@@ -105,9 +105,13 @@ impl Drop for EchoBackend {
     }
 }
 
+/// Accepts until aborted. Connection tasks live in a `JoinSet` owned by this task, so dropping
+/// the backend closes every connection too, as a pod that dies does.
 async fn accept_loop(listener: TcpListener, name: String, counters: Counters) {
     let name: Arc<str> = name.into();
+    let mut connections = JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
@@ -116,7 +120,7 @@ async fn accept_loop(listener: TcpListener, name: String, counters: Counters) {
         let requests = counters.requests.clone();
         let open = counters.open_connections.clone();
         open.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let service = service_fn(move |request| {
                 requests.fetch_add(1, Ordering::Relaxed);
                 answer(name.clone(), request)

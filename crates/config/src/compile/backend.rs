@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::{EndpointConditions, EndpointSlice};
 use k8s_openapi::api::networking::v1::IngressServiceBackend;
 use sluice_routing::{Backend, BackendId, BackendMode, Endpoint, EndpointSet, TableBuilder};
 
-use crate::annotations::service_annotations;
+use crate::annotations::{service_annotations, ServiceAnnotations, ServiceUpstream};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
 
@@ -150,6 +150,27 @@ pub(super) struct ServiceReference<'a> {
     pub service_upstream: bool,
 }
 
+/// A resolved Service reference: the backend and what the route policy needs from the Service.
+pub(super) struct Resolved<'s> {
+    pub id: BackendId,
+    pub mode: BackendMode,
+    /// The Service's own annotations (the default when it has none or is missing).
+    pub wishes: ServiceAnnotations,
+    /// The Service and its port, when both exist: where a fallback ClusterIP comes from.
+    pub cluster: Option<(&'s Service, &'s ServicePort)>,
+}
+
+impl Resolved<'_> {
+    fn bare(id: BackendId, mode: BackendMode, wishes: ServiceAnnotations) -> Self {
+        Self {
+            id,
+            mode,
+            wishes,
+            cluster: None,
+        }
+    }
+}
+
 /// Where resolved backends go: the table builder and the endpoint sources.
 pub(super) struct BackendSink<'a> {
     pub builder: &'a mut TableBuilder,
@@ -158,13 +179,13 @@ pub(super) struct BackendSink<'a> {
 }
 
 /// Resolves a Service reference and adds its backend to the table builder (once per id).
-/// Returns the backend id, or `None` when the reference names no port at all.
-pub(super) fn resolve(
-    services: &ServiceIndex<'_>,
+/// Returns the backend, or `None` when the reference names no port at all.
+pub(super) fn resolve<'s>(
+    services: &ServiceIndex<'s>,
     endpoints: &dyn EndpointResolver,
     reference: &ServiceReference<'_>,
     sink: BackendSink<'_>,
-) -> Option<BackendId> {
+) -> Option<Resolved<'s>> {
     let BackendSink {
         builder,
         endpoint_sources,
@@ -195,18 +216,20 @@ pub(super) fn resolve(
         };
         let id = backend_id(namespace, &target.name, &port_text, mode);
         builder.add_backend(Backend::new(id.clone(), mode, EndpointSet::default()));
-        return Some(id);
+        return Some(Resolved::bare(id, mode, ServiceAnnotations::default()));
     };
-    let service_wants_upstream = service
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|annotations| {
-            service_annotations(Some(annotations), &service_ref(), diagnostics).service_upstream
-        });
+    let wishes = match service.metadata.annotations.as_ref() {
+        Some(annotations) => service_annotations(
+            Some(annotations),
+            (namespace, &target.name),
+            &service_ref(),
+            diagnostics,
+        ),
+        None => ServiceAnnotations::default(),
+    };
     let mode = backend_mode(
         service,
-        reference.service_upstream || service_wants_upstream,
+        reference.service_upstream || wishes.service_upstream == ServiceUpstream::On,
     );
     let id = backend_id(namespace, &target.name, &port_text, mode);
     let Some(port) = find_port(service, reference) else {
@@ -220,7 +243,7 @@ pub(super) fn resolve(
             ),
         );
         builder.add_backend(Backend::new(id.clone(), mode, EndpointSet::default()));
-        return Some(id);
+        return Some(Resolved::bare(id, mode, wishes));
     };
     // Service-upstream diagnostics are about the Ingress that asks for it, so every such Ingress
     // gets them, not only the first to reference the backend (repeats on one object dedup).
@@ -262,7 +285,12 @@ pub(super) fn resolve(
         };
         endpoint_sources.add(ObjectKey::new(namespace, &target.name), source);
     }
-    Some(id)
+    Some(Resolved {
+        id,
+        mode,
+        wishes,
+        cluster: Some((service, port)),
+    })
 }
 
 /// `namespace/service:port`, with `/service-upstream` appended in that mode: one Service port can
@@ -426,12 +454,30 @@ fn endpoint_at(host: &str, port: i32) -> Option<Endpoint> {
     Authority::try_from(text).ok().map(Endpoint::new)
 }
 
-fn cluster_ip_mode(
+/// What a ClusterIP is wanted for, as its diagnostics say it.
+pub(super) struct ClusterIpUse<'a> {
+    /// Who needs it, e.g. `service-upstream`.
+    pub what: &'a str,
+    /// The field of the annotation that asks for it.
+    pub field: &'a str,
+    /// What happens without it.
+    pub consequence: &'a str,
+}
+
+/// The Service's ClusterIP at `port` as an endpoint. A headless Service, a missing or an
+/// invalid ClusterIP is an error diagnostic on `object`.
+pub(super) fn cluster_ip_endpoint(
     service: &Service,
     port: &ServicePort,
     object: &ObjectRef,
+    usage: &ClusterIpUse<'_>,
     diagnostics: &mut Diagnostics,
-) -> EndpointSet {
+) -> Option<Endpoint> {
+    let ClusterIpUse {
+        what,
+        field,
+        consequence,
+    } = usage;
     let cluster_ip = service
         .spec
         .as_ref()
@@ -439,27 +485,45 @@ fn cluster_ip_mode(
         .unwrap_or_default();
     let service_name = service.metadata.name.as_deref().unwrap_or_default();
     let problem = match cluster_ip {
-        "None" => Some(format!("Service {service_name} is headless (clusterIP: None), so service-upstream has no ClusterIP to send to; requests answer 503")),
-        "" => Some(format!("Service {service_name} has no spec.clusterIP, which service-upstream needs; requests answer 503")),
+        "None" => Some(format!("Service {service_name} is headless (clusterIP: None), so {what} has no ClusterIP to send to; {consequence}")),
+        "" => Some(format!("Service {service_name} has no spec.clusterIP, which {what} needs; {consequence}")),
         _ => None,
     };
     if let Some(problem) = problem {
-        diagnostics.error(object, "metadata.annotations", problem);
-        return EndpointSet::default();
+        diagnostics.error(object, *field, problem);
+        return None;
     }
-    let Some(endpoint) = endpoint_at(cluster_ip, port.port) else {
+    let endpoint = endpoint_at(cluster_ip, port.port);
+    if endpoint.is_none() {
         diagnostics.error(
             object,
             "spec.clusterIP",
-            format!("{cluster_ip:?} is not a valid IP address; requests answer 503"),
+            format!("{cluster_ip:?} is not a valid IP address; {consequence}"),
         );
+    }
+    endpoint
+}
+
+fn cluster_ip_mode(
+    service: &Service,
+    port: &ServicePort,
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> EndpointSet {
+    let usage = ClusterIpUse {
+        what: "service-upstream",
+        field: "metadata.annotations",
+        consequence: "requests answer 503",
+    };
+    let Some(endpoint) = cluster_ip_endpoint(service, port, object, &usage, diagnostics) else {
         return EndpointSet::default();
     };
+    let service_name = service.metadata.name.as_deref().unwrap_or_default();
     diagnostics.info(
         object,
         "metadata.annotations",
         format!(
-            "service-upstream: requests to Service {service_name} go to its ClusterIP {endpoint} and kube-proxy picks the pod, so sluice cannot balance across pods, keep sessions sticky or retry on another pod"
+            "service-upstream: requests to Service {service_name} go to its ClusterIP {endpoint} and kube-proxy picks the pod, so sluice cannot balance across pods or keep sessions sticky, and a retry only happens on a new connection to the ClusterIP (where kube-proxy may pick another pod)"
         ),
     );
     EndpointSet::new(vec![endpoint])

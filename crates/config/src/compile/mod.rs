@@ -3,17 +3,21 @@
 mod backend;
 mod class;
 mod endpoint_cache;
+mod policy;
 
 use hashbrown::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
-use sluice_routing::{BackendId, HostMatch, PathMatch, RoutingTable, TableBuilder};
+use sluice_routing::{BackendId, HostMatch, PathMatch, RoutePolicy, RoutingTable, TableBuilder};
 
-use crate::annotations::{ingress_annotations, IngressAnnotations};
+use crate::annotations::{
+    ingress_annotations, ingress_policy, IngressAnnotations, IngressPolicy, ServiceUpstream,
+};
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
 use backend::{resolve, BackendField, BackendSink, ServiceIndex, ServiceReference};
+use policy::{route_policy, IngressSide, ServiceName};
 
 pub use backend::{
     ready_endpoints, EndpointResolver, EndpointSource, EndpointSources, SliceIndex,
@@ -73,6 +77,8 @@ pub fn compile_with(
         owners: Vec::with_capacity(snapshot.ingresses.len()),
         default_backend_owner: None,
         endpoint_sources: EndpointSources::default(),
+        default_policy: Arc::default(),
+        policies: Vec::new(),
     };
     let mut served = Vec::new();
     let classes = class::ClassFilter::new(
@@ -95,7 +101,13 @@ pub fn compile_with(
         };
         if classes.serves(ingress, &annotations, key, &mut compiler.diagnostics) {
             compiler.diagnostics.append(annotation_diagnostics);
-            compiler.add_ingress(key, ingress, annotations.service_upstream);
+            let policy = match ingress.metadata.annotations.as_ref() {
+                Some(map) => {
+                    ingress_policy(map, &ObjectRef::ingress(key), &mut compiler.diagnostics)
+                }
+                None => IngressPolicy::default(),
+            };
+            compiler.add_ingress(key, ingress, &annotations, &policy);
             served.push(key.clone());
         }
     }
@@ -130,6 +142,10 @@ struct Compiler<'a> {
     /// Index into `owners` of the Ingress whose defaultBackend serves.
     default_backend_owner: Option<usize>,
     endpoint_sources: EndpointSources,
+    /// The policy of every route whose Ingress and Service set none, shared.
+    default_policy: Arc<RoutePolicy>,
+    /// The policy of each backend the current Ingress sends to, computed once per Ingress.
+    policies: Vec<(BackendId, Arc<RoutePolicy>)>,
 }
 
 /// The Ingress being added: what every rule of it shares.
@@ -139,7 +155,10 @@ struct Current<'a> {
     owner: usize,
     /// `namespace/name`, shared by all its routes.
     source: Arc<str>,
-    service_upstream: bool,
+    service_upstream: ServiceUpstream,
+    policy: &'a IngressPolicy,
+    /// `policy.route`, shared by its routes unless a Service changes it.
+    base: Arc<RoutePolicy>,
 }
 
 impl<'a> Compiler<'a> {
@@ -148,13 +167,27 @@ impl<'a> Compiler<'a> {
         ObjectRef::ingress(self.owners[owner])
     }
 
-    fn add_ingress(&mut self, key: &'a ObjectKey, ingress: &Ingress, service_upstream: bool) {
+    fn add_ingress(
+        &mut self,
+        key: &'a ObjectKey,
+        ingress: &Ingress,
+        annotations: &IngressAnnotations,
+        policy: &IngressPolicy,
+    ) {
         self.owners.push(key);
+        self.policies.clear();
+        let base = if policy.route == RoutePolicy::default() {
+            self.default_policy.clone()
+        } else {
+            Arc::new(policy.route.clone())
+        };
         let current = Current {
             key,
             owner: self.owners.len() - 1,
             source: format!("{}/{}", key.namespace, key.name).into(),
-            service_upstream,
+            service_upstream: annotations.service_upstream,
+            policy,
+            base,
         };
         let Some(spec) = ingress.spec.as_ref() else {
             self.diagnostics.error(
@@ -190,7 +223,8 @@ impl<'a> Compiler<'a> {
                 else {
                     continue;
                 };
-                let Some(backend) = self.backend_of(&path.backend, &current, field) else {
+                let Some((backend, policy)) = self.backend_of(&path.backend, &current, field)
+                else {
                     continue;
                 };
                 if self.claim(&host, &path_match, field, current.owner) {
@@ -199,7 +233,7 @@ impl<'a> Compiler<'a> {
                         path_match,
                         backend,
                         current.source.clone(),
-                        Arc::default(),
+                        policy,
                     );
                 }
             }
@@ -217,8 +251,8 @@ impl<'a> Compiler<'a> {
                 .warning(&self.owner(current.owner), "spec.defaultBackend", message);
             return;
         }
-        if let Some(id) = self.backend_of(backend, current, BackendField::Default) {
-            self.builder.set_default_backend(id, Arc::default());
+        if let Some((id, policy)) = self.backend_of(backend, current, BackendField::Default) {
+            self.builder.set_default_backend(id, policy);
             self.default_backend_owner = Some(current.owner);
         }
     }
@@ -270,12 +304,13 @@ impl<'a> Compiler<'a> {
         }
     }
 
+    /// The backend a reference resolves to, with the policy of the current Ingress's routes to it.
     fn backend_of(
         &mut self,
         backend: &IngressBackend,
         current: &Current<'_>,
         field: BackendField,
-    ) -> Option<BackendId> {
+    ) -> Option<(BackendId, Arc<RoutePolicy>)> {
         let Some(service) = &backend.service else {
             let what = if backend.resource.is_some() {
                 "resource backends are not supported"
@@ -294,14 +329,30 @@ impl<'a> Compiler<'a> {
             service,
             field,
             ingress: self.owners[current.owner],
-            service_upstream: current.service_upstream,
+            service_upstream: current.service_upstream == ServiceUpstream::On,
         };
         let sink = BackendSink {
             builder: &mut self.builder,
             endpoint_sources: &mut self.endpoint_sources,
             diagnostics: &mut self.diagnostics,
         };
-        resolve(&self.services, self.endpoints, &reference, sink)
+        let resolved = resolve(&self.services, self.endpoints, &reference, sink)?;
+        if let Some((_, policy)) = self.policies.iter().find(|(id, _)| *id == resolved.id) {
+            return Some((resolved.id, policy.clone()));
+        }
+        let ingress = IngressSide {
+            key: current.key,
+            policy: current.policy,
+            service_upstream: current.service_upstream,
+            base: &current.base,
+        };
+        let service_name = ServiceName {
+            namespace: &current.key.namespace,
+            name: &service.name,
+        };
+        let policy = route_policy(&ingress, &resolved, service_name, &mut self.diagnostics);
+        self.policies.push((resolved.id.clone(), policy.clone()));
+        Some((resolved.id, policy))
     }
 
     /// Claims host + path for this Ingress; a later (younger) claim loses with a diagnostic.

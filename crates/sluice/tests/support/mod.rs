@@ -31,9 +31,7 @@ impl Sluice {
     pub async fn start(dir: &Path, extra: &[&str]) -> Self {
         let mut args = vec![OsString::from("--manifests"), dir.as_os_str().to_owned()];
         args.extend(extra.iter().map(OsString::from));
-        let sluice = Self::spawn(args, dir);
-        sluice.wait_ready(Duration::from_secs(20)).await;
-        sluice
+        Self::start_ready(args, dir, Duration::from_secs(20)).await
     }
 
     /// Starts `sluice serve --kubernetes --kubeconfig FILE` plus `extra` flags and waits for
@@ -45,9 +43,20 @@ impl Sluice {
             kubeconfig.as_os_str().to_owned(),
         ];
         args.extend(extra.iter().map(OsString::from));
-        let sluice = Self::spawn(args, kubeconfig.parent().unwrap_or(kubeconfig));
-        sluice.wait_ready(Duration::from_secs(30)).await;
-        sluice
+        let dir = kubeconfig.parent().unwrap_or(kubeconfig);
+        Self::start_ready(args, dir, Duration::from_secs(30)).await
+    }
+
+    /// Spawns sluice and waits for /readyz. A free port can be taken by another test between
+    /// choosing and binding it; sluice then exits at once, and is started again on new ports.
+    async fn start_ready(args: Vec<OsString>, dir: &Path, limit: Duration) -> Self {
+        for _ in 0..3 {
+            let mut sluice = Self::spawn(args.clone(), dir);
+            if sluice.wait_ready(limit).await {
+                return sluice;
+            }
+        }
+        panic!("sluice exited at start three times");
     }
 
     fn spawn(source: Vec<OsString>, dir: &Path) -> Self {
@@ -77,18 +86,25 @@ impl Sluice {
         }
     }
 
-    async fn wait_ready(&self, limit: Duration) {
+    /// Waits for /readyz to answer 200; `false` if the process exited first.
+    async fn wait_ready(&mut self, limit: Duration) -> bool {
         let client = http_client();
         let ready_url = format!("http://{}/readyz", self.admin);
-        wait_until("sluice to be ready", limit, || {
-            let (client, url) = (client.clone(), ready_url.clone());
-            async move {
-                get(&client, &url, "admin")
-                    .await
-                    .is_ok_and(|r| r.status == 200)
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return false;
             }
-        })
-        .await;
+            let ready = get(&client, &ready_url, "admin").await;
+            if ready.is_ok_and(|r| r.status == 200) {
+                // Another test's sluice on a reused port would answer too; ours would have
+                // failed to bind and exited by now.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return self.child.try_wait().unwrap().is_none();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("timed out after {limit:?} waiting for sluice to be ready");
     }
 
     /// The /api/status document.

@@ -1,0 +1,187 @@
+//! ingress-nginx annotation names, accepted under the sluice.dev, nginx and ingress.kubernetes.io prefixes.
+
+use super::values::{Found, Report};
+use super::Annotations;
+
+/// The prefixes an ingress-nginx name is read under, strongest first: when one name is set
+/// under two prefixes, the earlier prefix wins.
+pub(crate) const PREFIXES: [&str; 3] = [
+    "sluice.dev/",
+    "nginx.ingress.kubernetes.io/",
+    "ingress.kubernetes.io/",
+];
+
+/// The route-policy annotation names sluice reads on an Ingress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Setting {
+    LoadBalance,
+    UpstreamHashBy,
+    Affinity,
+    AffinityMode,
+    SessionCookieName,
+    SessionCookiePath,
+    SessionCookieMaxAge,
+    SessionCookieExpires,
+    SessionCookieSecure,
+    SessionCookieSameSite,
+    SessionCookieDomain,
+    SessionCookieChangeOnFailure,
+    ProxyNextUpstream,
+    ProxyNextUpstreamTries,
+    ProxyNextUpstreamTimeout,
+    /// sluice's own; read under `sluice.dev/` only.
+    PerTryTimeout,
+}
+
+impl Setting {
+    const ALL: [Setting; 16] = [
+        Self::LoadBalance,
+        Self::UpstreamHashBy,
+        Self::Affinity,
+        Self::AffinityMode,
+        Self::SessionCookieName,
+        Self::SessionCookiePath,
+        Self::SessionCookieMaxAge,
+        Self::SessionCookieExpires,
+        Self::SessionCookieSecure,
+        Self::SessionCookieSameSite,
+        Self::SessionCookieDomain,
+        Self::SessionCookieChangeOnFailure,
+        Self::ProxyNextUpstream,
+        Self::ProxyNextUpstreamTries,
+        Self::ProxyNextUpstreamTimeout,
+        Self::PerTryTimeout,
+    ];
+
+    /// The session-cookie attributes, which only mean something with `affinity: cookie`.
+    pub(crate) const COOKIE_ATTRIBUTES: [Setting; 9] = [
+        Self::AffinityMode,
+        Self::SessionCookieName,
+        Self::SessionCookiePath,
+        Self::SessionCookieMaxAge,
+        Self::SessionCookieExpires,
+        Self::SessionCookieSecure,
+        Self::SessionCookieSameSite,
+        Self::SessionCookieDomain,
+        Self::SessionCookieChangeOnFailure,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::LoadBalance => "load-balance",
+            Self::UpstreamHashBy => "upstream-hash-by",
+            Self::Affinity => "affinity",
+            Self::AffinityMode => "affinity-mode",
+            Self::SessionCookieName => "session-cookie-name",
+            Self::SessionCookiePath => "session-cookie-path",
+            Self::SessionCookieMaxAge => "session-cookie-max-age",
+            Self::SessionCookieExpires => "session-cookie-expires",
+            Self::SessionCookieSecure => "session-cookie-secure",
+            Self::SessionCookieSameSite => "session-cookie-samesite",
+            Self::SessionCookieDomain => "session-cookie-domain",
+            Self::SessionCookieChangeOnFailure => "session-cookie-change-on-failure",
+            Self::ProxyNextUpstream => "proxy-next-upstream",
+            Self::ProxyNextUpstreamTries => "proxy-next-upstream-tries",
+            Self::ProxyNextUpstreamTimeout => "proxy-next-upstream-timeout",
+            Self::PerTryTimeout => "per-try-timeout",
+        }
+    }
+
+    fn from_str(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|known| known.as_str() == name)
+    }
+}
+
+/// The prefix rank and name of a policy annotation key, or `None` for any other key.
+pub(crate) fn classify(key: &str) -> Option<(usize, Setting)> {
+    PREFIXES.iter().enumerate().find_map(|(rank, prefix)| {
+        let name = Setting::from_str(key.strip_prefix(prefix)?)?;
+        let allowed = rank == 0 || name != Setting::PerTryTimeout;
+        allowed.then_some((rank, name))
+    })
+}
+
+/// The policy annotations of one Ingress, each taken from the strongest prefix that sets it.
+#[derive(Debug, Default)]
+pub(crate) struct PolicyKeys<'a> {
+    slots: [Option<(usize, Found<'a>)>; Setting::ALL.len()],
+}
+
+impl<'a> PolicyKeys<'a> {
+    /// Finds the policy annotations; a weaker prefix whose value differs from the winner's gets
+    /// a warning.
+    pub(crate) fn scan(annotations: &'a Annotations, report: &mut Report<'_>) -> Self {
+        let mut keys = Self::default();
+        let mut repeated = false;
+        for (key, value) in annotations {
+            let Some((rank, name)) = classify(key) else {
+                continue;
+            };
+            let slot = &mut keys.slots[name as usize];
+            repeated |= slot.is_some();
+            if slot.is_none_or(|(held, _)| rank < held) {
+                *slot = Some((rank, Found { key, value }));
+            }
+        }
+        if repeated {
+            keys.report_losers(annotations, report);
+        }
+        keys
+    }
+
+    fn report_losers(&self, annotations: &Annotations, report: &mut Report<'_>) {
+        for (key, value) in annotations {
+            let Some((_, name)) = classify(key) else {
+                continue;
+            };
+            let Some(winner) = self.get(name) else {
+                continue;
+            };
+            if winner.key != key && winner.value != value {
+                let message = format!("ignored: {} is also set and takes precedence", winner.key);
+                report.warning(Found { key, value }, message);
+            }
+        }
+    }
+
+    pub(crate) fn get(&self, name: Setting) -> Option<Found<'a>> {
+        self.slots[name as usize].map(|(_, found)| found)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.iter().all(Option::is_none)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_read_under_every_prefix_but_per_try_timeout_only_under_sluice() {
+        assert_eq!(
+            classify("nginx.ingress.kubernetes.io/load-balance"),
+            Some((1, Setting::LoadBalance))
+        );
+        assert_eq!(
+            classify("ingress.kubernetes.io/affinity"),
+            Some((2, Setting::Affinity))
+        );
+        assert_eq!(
+            classify("sluice.dev/per-try-timeout"),
+            Some((0, Setting::PerTryTimeout))
+        );
+        assert_eq!(
+            classify("nginx.ingress.kubernetes.io/per-try-timeout"),
+            None
+        );
+        assert_eq!(classify("nginx.ingress.kubernetes.io/rewrite-target"), None);
+    }
+
+    #[test]
+    fn every_name_round_trips() {
+        for name in Setting::ALL {
+            assert_eq!(Setting::from_str(name.as_str()), Some(name));
+        }
+    }
+}

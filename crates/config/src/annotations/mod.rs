@@ -1,0 +1,253 @@
+//! Annotations sluice understands, parsed into typed values with a diagnostic for every one it ignores.
+
+mod affinity;
+mod balance;
+mod keys;
+mod policy;
+mod retry;
+mod traefik;
+mod values;
+
+use std::collections::BTreeMap;
+
+use sluice_routing::StickyCookie;
+
+use crate::diagnostic::{Diagnostics, ObjectRef};
+use values::{parse_bool, Found, Report};
+
+pub(crate) use policy::ingress_policy;
+pub use policy::IngressPolicy;
+pub use retry::UNLIMITED_TRIES;
+pub use traefik::{default_name as default_service_cookie_name, STICKY_COOKIE};
+pub(crate) use values::annotation_field;
+
+/// The legacy per-Ingress class annotation, superseded by `spec.ingressClassName`.
+pub const INGRESS_CLASS: &str = "kubernetes.io/ingress.class";
+/// Marks an IngressClass as the cluster default.
+pub const DEFAULT_CLASS: &str = "ingressclass.kubernetes.io/is-default-class";
+
+/// sluice's own service-upstream annotation, the only one that also takes `"fallback"`.
+pub const SLUICE_SERVICE_UPSTREAM: &str = "sluice.dev/service-upstream";
+/// Ingress annotations that send the Ingress's traffic to each Service's ClusterIP.
+pub const INGRESS_SERVICE_UPSTREAM: [&str; 3] = [
+    "nginx.ingress.kubernetes.io/service-upstream",
+    "ingress.kubernetes.io/service-upstream",
+    SLUICE_SERVICE_UPSTREAM,
+];
+/// Service annotations that send all traffic for the Service to its ClusterIP.
+pub const SERVICE_SERVICE_UPSTREAM: [&str; 2] = [
+    "traefik.ingress.kubernetes.io/service.nativelb",
+    SLUICE_SERVICE_UPSTREAM,
+];
+
+/// Annotation prefixes of ingress controllers; keys under them that sluice does not know are
+/// reported, so nobody migrates believing an nginx or Traefik setting still applies.
+const CONTROLLER_PREFIXES: [&str; 4] = [
+    "sluice.dev/",
+    "nginx.ingress.kubernetes.io/",
+    "ingress.kubernetes.io/",
+    "traefik.ingress.kubernetes.io/",
+];
+
+/// What the service-upstream annotations ask for, weakest first: of several, the strongest wins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ServiceUpstream {
+    /// Pod endpoints (no annotation, or `"false"`).
+    #[default]
+    Off,
+    /// Pod endpoints, and the ClusterIP when none is left or every attempt failed
+    /// (`sluice.dev/service-upstream: fallback`).
+    Fallback,
+    /// Every request to the ClusterIP (`"true"`).
+    On,
+}
+
+/// What an Ingress's annotations ask of sluice, besides its routes' policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngressAnnotations {
+    /// Set by any of [`INGRESS_SERVICE_UPSTREAM`].
+    pub service_upstream: ServiceUpstream,
+    /// The legacy [`INGRESS_CLASS`] annotation.
+    pub legacy_class: Option<String>,
+}
+
+/// What a Service's annotations ask of sluice.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceAnnotations {
+    /// Set by any of [`SERVICE_SERVICE_UPSTREAM`].
+    pub service_upstream: ServiceUpstream,
+    /// Traefik's sticky cookie ([`STICKY_COOKIE`]), for every route to the Service.
+    pub sticky: Option<StickyCookie>,
+}
+
+pub(crate) type Annotations = BTreeMap<String, String>;
+
+/// Reads an Ingress's annotations, reporting unknown controller annotations and invalid values.
+pub(crate) fn ingress_annotations(
+    annotations: Option<&Annotations>,
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> IngressAnnotations {
+    let Some(annotations) = annotations else {
+        return IngressAnnotations::default();
+    };
+    let known =
+        |key: &str| INGRESS_SERVICE_UPSTREAM.contains(&key) || keys::classify(key).is_some();
+    report_unknown(annotations, known, object, diagnostics);
+    let mut report = Report {
+        object,
+        diagnostics,
+    };
+    IngressAnnotations {
+        service_upstream: service_upstream(annotations, &INGRESS_SERVICE_UPSTREAM, &mut report),
+        legacy_class: annotations.get(INGRESS_CLASS).cloned(),
+    }
+}
+
+/// Reads the annotations of the Service `namespace/name`, reporting unknown sluice and Traefik
+/// service annotations.
+pub(crate) fn service_annotations(
+    annotations: Option<&Annotations>,
+    (namespace, name): (&str, &str),
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> ServiceAnnotations {
+    let Some(annotations) = annotations else {
+        return ServiceAnnotations::default();
+    };
+    let relevant: Annotations = annotations
+        .iter()
+        .filter(|(key, _)| {
+            key.starts_with("sluice.dev/")
+                || key.starts_with("traefik.ingress.kubernetes.io/service.")
+        })
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let known =
+        |key: &str| SERVICE_SERVICE_UPSTREAM.contains(&key) || traefik::STICKY_KEYS.contains(&key);
+    report_unknown(&relevant, known, object, diagnostics);
+    let mut report = Report {
+        object,
+        diagnostics,
+    };
+    ServiceAnnotations {
+        service_upstream: service_upstream(annotations, &SERVICE_SERVICE_UPSTREAM, &mut report),
+        sticky: traefik::service_sticky(annotations, namespace, name, &mut report),
+    }
+}
+
+/// Whether an IngressClass carries `is-default-class: "true"`: exactly `"true"`, as the
+/// Kubernetes admission plugin that assigns the default class compares it.
+pub(crate) fn is_default_class(annotations: Option<&Annotations>) -> bool {
+    annotations
+        .and_then(|a| a.get(DEFAULT_CLASS))
+        .is_some_and(|value| value == "true")
+}
+
+fn report_unknown(
+    annotations: &Annotations,
+    known: impl Fn(&str) -> bool,
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) {
+    for key in annotations.keys() {
+        let controller_owned = CONTROLLER_PREFIXES
+            .iter()
+            .any(|prefix| key.starts_with(prefix));
+        if controller_owned && !known(key) {
+            diagnostics.warning(
+                object,
+                annotation_field(key),
+                "annotation is not supported by sluice and is ignored",
+            );
+        }
+    }
+}
+
+/// The strongest of the service-upstream `keys` set. An invalid value is a warning and counts
+/// as `"false"`; a `fallback` that a `"true"` overrides is a warning too.
+fn service_upstream(
+    annotations: &Annotations,
+    keys: &[&str],
+    report: &mut Report<'_>,
+) -> ServiceUpstream {
+    let mut strongest = ServiceUpstream::Off;
+    let mut fallback = None;
+    for key in keys {
+        let Some(value) = annotations.get(*key) else {
+            continue;
+        };
+        let found = Found { key, value };
+        let sluice = *key == SLUICE_SERVICE_UPSTREAM;
+        let expected = if sluice {
+            "\"true\", \"false\" or \"fallback\""
+        } else {
+            "\"true\" or \"false\""
+        };
+        let parsed = report.parse(Some(found), expected, "treated as false", |value| {
+            parse_service_upstream(value, sluice)
+        });
+        if parsed == Some(ServiceUpstream::Fallback) {
+            fallback = Some(found);
+        }
+        strongest = strongest.max(parsed.unwrap_or_default());
+    }
+    if let (ServiceUpstream::On, Some(found)) = (strongest, fallback) {
+        report.warning(
+            found,
+            "ignored: another service-upstream annotation of this object is \"true\", which sends every request to the ClusterIP",
+        );
+    }
+    strongest
+}
+
+fn parse_service_upstream(value: &str, fallback_allowed: bool) -> Option<ServiceUpstream> {
+    if fallback_allowed && value.eq_ignore_ascii_case("fallback") {
+        return Some(ServiceUpstream::Fallback);
+    }
+    parse_bool(value).map(|on| {
+        if on {
+            ServiceUpstream::On
+        } else {
+            ServiceUpstream::Off
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallback_is_a_value_of_the_sluice_key_only() {
+        assert_eq!(
+            parse_service_upstream("fallback", true),
+            Some(ServiceUpstream::Fallback)
+        );
+        assert_eq!(parse_service_upstream("fallback", false), None);
+        assert_eq!(
+            parse_service_upstream("True", false),
+            Some(ServiceUpstream::On)
+        );
+    }
+
+    #[test]
+    fn the_strongest_service_upstream_value_wins() {
+        let object = ObjectRef::new("Ingress", Some("default"), "web");
+        let mut diagnostics = Diagnostics::default();
+        let annotations: Annotations = [
+            ("nginx.ingress.kubernetes.io/service-upstream", "true"),
+            (SLUICE_SERVICE_UPSTREAM, "fallback"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let mut report = Report {
+            object: &object,
+            diagnostics: &mut diagnostics,
+        };
+        let mode = service_upstream(&annotations, &INGRESS_SERVICE_UPSTREAM, &mut report);
+        assert_eq!(mode, ServiceUpstream::On);
+        assert_eq!(diagnostics.into_sorted().len(), 1);
+    }
+}

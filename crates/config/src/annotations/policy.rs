@@ -1,0 +1,63 @@
+//! The Ingress part of a route policy: balancer, sticky cookie and retries from ingress-nginx annotations.
+
+use sluice_routing::RoutePolicy;
+
+use super::keys::{PolicyKeys, Setting};
+use super::values::Report;
+use super::{affinity, balance, retry, Annotations};
+use crate::diagnostic::{Diagnostics, ObjectRef};
+
+/// What an Ingress's policy annotations ask of its routes, before each Service has its say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngressPolicy {
+    /// The policy of a route to pod endpoints that its Service does not change; `fallback` is
+    /// never set here.
+    pub route: RoutePolicy,
+    /// Fields of the annotations set that choose the endpoint (`load-balance`,
+    /// `upstream-hash-by`, `affinity`): what service-upstream mode has to ignore.
+    pub endpoint_choice: Vec<String>,
+    /// The field of `affinity` when it set a sticky cookie, which wins over a Service's.
+    pub affinity: Option<String>,
+}
+
+/// Reads the policy annotations of a served Ingress; every invalid value is a warning and
+/// leaves that setting at its default.
+pub(crate) fn ingress_policy(
+    annotations: &Annotations,
+    object: &ObjectRef,
+    diagnostics: &mut Diagnostics,
+) -> IngressPolicy {
+    let mut report = Report {
+        object,
+        diagnostics,
+    };
+    let keys = PolicyKeys::scan(annotations, &mut report);
+    if keys.is_empty() {
+        return IngressPolicy::default();
+    }
+    let route = RoutePolicy {
+        balancer: balance::balancer(&keys, &mut report),
+        sticky: affinity::sticky_cookie(&keys, &mut report),
+        retry: retry::retry_policy(&keys, &mut report),
+        fallback: None,
+    };
+    let endpoint_choice = [
+        Setting::LoadBalance,
+        Setting::UpstreamHashBy,
+        Setting::Affinity,
+    ]
+    .into_iter()
+    .filter_map(|name| keys.get(name))
+    .map(|found| found.field())
+    .collect();
+    let affinity = route
+        .sticky
+        .as_ref()
+        .and(keys.get(Setting::Affinity))
+        .map(|found| found.field());
+    IngressPolicy {
+        route,
+        endpoint_choice,
+        affinity,
+    }
+}

@@ -1,0 +1,259 @@
+//! Route policies: an Ingress's policy annotations combined with its Service's into the policy its routes share.
+
+use std::sync::Arc;
+
+use sluice_routing::{BackendMode, Balancer, Endpoint, RoutePolicy};
+
+use super::backend::{cluster_ip_endpoint, ClusterIpUse, Resolved};
+use crate::annotations::{
+    annotation_field, IngressPolicy, ServiceUpstream, SLUICE_SERVICE_UPSTREAM, STICKY_COOKIE,
+};
+use crate::diagnostic::{Diagnostics, ObjectRef};
+use crate::snapshot::ObjectKey;
+
+/// Why service-upstream mode drops an annotation that chooses the endpoint.
+const SINGLE_BACKEND: &str = "ignored: service-upstream sends to a single ClusterIP backend, so kube-proxy picks the pod per connection";
+
+/// What one Ingress brings to the policies of its routes.
+pub(super) struct IngressSide<'a> {
+    pub key: &'a ObjectKey,
+    pub policy: &'a IngressPolicy,
+    pub service_upstream: ServiceUpstream,
+    /// `policy.route` behind an `Arc`: the policy of every route the Service does not change.
+    pub base: &'a Arc<RoutePolicy>,
+}
+
+/// The Service a route sends to, by namespace and name.
+#[derive(Clone, Copy)]
+pub(super) struct ServiceName<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+impl ServiceName<'_> {
+    fn object(self) -> ObjectRef {
+        ObjectRef::new("Service", Some(self.namespace), self.name)
+    }
+}
+
+/// The policy of the Ingress's routes to `backend`. Shares the Ingress's base policy unless the
+/// Service adds a sticky cookie or a fallback, or service-upstream mode takes choices away.
+pub(super) fn route_policy(
+    ingress: &IngressSide<'_>,
+    backend: &Resolved<'_>,
+    service: ServiceName<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Arc<RoutePolicy> {
+    match backend.mode {
+        BackendMode::Endpoints => endpoints_policy(ingress, backend, service, diagnostics),
+        BackendMode::ServiceUpstream => {
+            service_upstream_policy(ingress, backend, service, diagnostics)
+        }
+        BackendMode::ExternalName => {
+            let reason = format!(
+                "ignored: Service {} is an ExternalName Service, which has no ClusterIP",
+                service.name
+            );
+            fallback_ignored(ingress, backend, service, &reason, diagnostics);
+            ingress.base.clone()
+        }
+    }
+}
+
+fn endpoints_policy(
+    ingress: &IngressSide<'_>,
+    backend: &Resolved<'_>,
+    service: ServiceName<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Arc<RoutePolicy> {
+    let sticky = service_sticky(ingress, backend, service, diagnostics);
+    let fallback = fallback(ingress, backend, service, diagnostics);
+    if sticky.is_none() && fallback.is_none() {
+        return ingress.base.clone();
+    }
+    let mut policy = RoutePolicy::clone(ingress.base);
+    if sticky.is_some() {
+        policy.sticky = sticky;
+    }
+    policy.fallback = fallback;
+    Arc::new(policy)
+}
+
+/// The Service's sticky cookie, unless the Ingress sets its own affinity (the Ingress wins).
+fn service_sticky(
+    ingress: &IngressSide<'_>,
+    backend: &Resolved<'_>,
+    service: ServiceName<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Option<sluice_routing::StickyCookie> {
+    let cookie = backend.wishes.sticky.as_ref()?;
+    let Some(field) = &ingress.policy.affinity else {
+        return Some(cookie.clone());
+    };
+    diagnostics.info(
+        &ObjectRef::ingress(ingress.key),
+        field.clone(),
+        format!(
+            "takes precedence over the sticky cookie {STICKY_COOKIE} of Service {}/{} for this Ingress's routes",
+            service.namespace, service.name
+        ),
+    );
+    None
+}
+
+/// The ClusterIP fallback, when the Ingress or the Service asks for it and the Service has a
+/// ClusterIP.
+fn fallback(
+    ingress: &IngressSide<'_>,
+    backend: &Resolved<'_>,
+    service: ServiceName<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Option<Endpoint> {
+    let object = if ingress.service_upstream == ServiceUpstream::Fallback {
+        ObjectRef::ingress(ingress.key)
+    } else if backend.wishes.service_upstream == ServiceUpstream::Fallback {
+        service.object()
+    } else {
+        return None;
+    };
+    let (cluster_service, port) = backend.cluster?;
+    let field = annotation_field(SLUICE_SERVICE_UPSTREAM);
+    let usage = ClusterIpUse {
+        what: "the service-upstream fallback",
+        field: &field,
+        consequence: "there is no fallback",
+    };
+    let endpoint = cluster_ip_endpoint(cluster_service, port, &object, &usage, diagnostics)?;
+    diagnostics.info(
+        &object,
+        field,
+        format!(
+            "service-upstream fallback: pod endpoints are used, and the ClusterIP only when no endpoint is left or every endpoint attempt failed (Service {}, {endpoint})",
+            service.name
+        ),
+    );
+    Some(endpoint)
+}
+
+/// Round robin over the one ClusterIP and no sticky cookie; every annotation that would choose
+/// the pod is a warning.
+fn service_upstream_policy(
+    ingress: &IngressSide<'_>,
+    backend: &Resolved<'_>,
+    service: ServiceName<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Arc<RoutePolicy> {
+    let ingress_object = || ObjectRef::ingress(ingress.key);
+    for field in &ingress.policy.endpoint_choice {
+        diagnostics.warning(&ingress_object(), field.clone(), SINGLE_BACKEND);
+    }
+    if backend.wishes.sticky.is_some() {
+        diagnostics.warning(
+            &service.object(),
+            annotation_field(STICKY_COOKIE),
+            format!(
+                "{SINGLE_BACKEND} (for Ingress {}/{})",
+                ingress.key.namespace, ingress.key.name
+            ),
+        );
+    }
+    let reason = format!(
+        "ignored: routes to Service {} are in service-upstream mode, so every request already goes to its ClusterIP",
+        service.name
+    );
+    fallback_ignored(ingress, backend, service, &reason, diagnostics);
+    let base = ingress.base;
+    if base.balancer == Balancer::RoundRobin && base.sticky.is_none() {
+        return base.clone();
+    }
+    Arc::new(RoutePolicy {
+        balancer: Balancer::RoundRobin,
+        sticky: None,
+        ..RoutePolicy::clone(base)
+    })
+}
+
+/// A warning on each `fallback` annotation (Ingress or Service) that this backend cannot honour.
+fn fallback_ignored(
+    ingress: &IngressSide<'_>,
+    backend: &Resolved<'_>,
+    service: ServiceName<'_>,
+    reason: &str,
+    diagnostics: &mut Diagnostics,
+) {
+    let field = || annotation_field(SLUICE_SERVICE_UPSTREAM);
+    if ingress.service_upstream == ServiceUpstream::Fallback {
+        diagnostics.warning(&ObjectRef::ingress(ingress.key), field(), reason);
+    }
+    if backend.wishes.service_upstream == ServiceUpstream::Fallback {
+        let message = format!(
+            "{reason} (for Ingress {}/{})",
+            ingress.key.namespace, ingress.key.name
+        );
+        diagnostics.warning(&service.object(), field(), message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use sluice_routing::RoutePolicy;
+
+    use crate::compile::{compile, CompileOptions};
+    use crate::manifest::{parse_manifest, Document, Format};
+    use crate::snapshot::Snapshot;
+
+    fn ingress(name: &str, annotations: &str) -> String {
+        format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, annotations: {{{annotations}}}}}\nspec:\n  ingressClassName: sluice\n  rules:\n  - host: {name}.test\n    http:\n      paths:\n      - {{path: /a, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}\n      - {{path: /b, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}\n---\n"
+        )
+    }
+
+    /// Each Ingress's routes, by Ingress name.
+    fn policies(text: &str) -> Vec<(String, Vec<Arc<RoutePolicy>>)> {
+        let objects = parse_manifest(text, Format::Yaml)
+            .unwrap()
+            .into_iter()
+            .filter_map(|document| match document {
+                Document::Object(object) => Some(object),
+                Document::Skipped { .. } => None,
+            });
+        let compiled = compile(&Snapshot::from_objects(objects), &CompileOptions::default());
+        let mut by_ingress: Vec<(String, Vec<Arc<RoutePolicy>>)> = Vec::new();
+        for routes in compiled.table.hosts().into_values() {
+            let name = routes[0].ingress.to_string();
+            let list = routes.iter().map(|route| route.policy.clone()).collect();
+            by_ingress.push((name, list));
+        }
+        by_ingress.sort_by(|a, b| a.0.cmp(&b.0));
+        by_ingress
+    }
+
+    #[test]
+    fn policies_are_shared_per_ingress_and_by_every_unannotated_ingress() {
+        let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.10, ports: [{port: 80}]}\n";
+        let text = ingress("a", "")
+            + &ingress("b", "")
+            + &ingress("c", "sluice.dev/load-balance: ewma")
+            + service;
+        let by_ingress = policies(&text);
+        let [(_, a), (_, b), (_, c)] = by_ingress.as_slice() else {
+            panic!("three Ingresses expected: {by_ingress:?}");
+        };
+        let shared = &a[0];
+        for policy in a.iter().chain(b) {
+            assert!(
+                Arc::ptr_eq(shared, policy),
+                "unannotated routes share one policy"
+            );
+        }
+        assert!(
+            Arc::ptr_eq(&c[0], &c[1]),
+            "one policy per Ingress and backend"
+        );
+        assert!(!Arc::ptr_eq(shared, &c[0]));
+    }
+}
