@@ -45,33 +45,11 @@ impl Runtime {
     }
 
     pub(crate) fn endpoint(&self, endpoint: &Endpoint) -> Arc<EndpointRuntime> {
-        if let Some(found) = self
-            .endpoints
-            .read()
-            .ok()
-            .and_then(|map| map.get(endpoint).cloned())
-        {
-            return found;
-        }
-        match self.endpoints.write() {
-            Ok(mut map) => map.entry(endpoint.clone()).or_default().clone(),
-            Err(_) => Arc::default(),
-        }
+        get_or_insert(&self.endpoints, endpoint)
     }
 
     pub(crate) fn budget(&self, backend: &BackendId) -> Arc<RetryBudget> {
-        if let Some(found) = self
-            .budgets
-            .read()
-            .ok()
-            .and_then(|map| map.get(backend).cloned())
-        {
-            return found;
-        }
-        match self.budgets.write() {
-            Ok(mut map) => map.entry(backend.clone()).or_default().clone(),
-            Err(_) => Arc::default(),
-        }
+        get_or_insert(&self.budgets, backend)
     }
 
     /// Idle connections the proxy keeps to `endpoint` (for tests and the admin API).
@@ -120,5 +98,20 @@ impl Runtime {
 
     fn existing(&self, endpoint: &Endpoint) -> Option<Arc<EndpointRuntime>> {
         self.endpoints.read().ok()?.get(endpoint).cloned()
+    }
+}
+
+/// The entry for `key`, created on first use. Reads take the shared lock only.
+fn get_or_insert<K, V>(map: &RwLock<HashMap<K, Arc<V>>>, key: &K) -> Arc<V>
+where
+    K: Clone + Eq + std::hash::Hash,
+    V: Default,
+{
+    if let Some(found) = map.read().ok().and_then(|map| map.get(key).cloned()) {
+        return found;
+    }
+    match map.write() {
+        Ok(mut map) => map.entry(key.clone()).or_default().clone(),
+        Err(_) => Arc::default(),
     }
 }

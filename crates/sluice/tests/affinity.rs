@@ -10,7 +10,8 @@ use bytes::Bytes;
 use http::Method;
 use sluice_testkit::{http_client, send, EchoBackend, Reply};
 use support::{
-    annotated_ingress, free_port, pod_ip, service_with_states, write_manifest, PodState, Sluice,
+    annotated_ingress, free_port, pod_ip, pods_on, service_with_states, write_manifest, PodState,
+    Sluice,
 };
 
 const COOKIE_AFFINITY: [(&str, &str); 3] = [
@@ -18,16 +19,6 @@ const COOKIE_AFFINITY: [(&str, &str); 3] = [
     ("nginx.ingress.kubernetes.io/session-cookie-name", "route"),
     ("nginx.ingress.kubernetes.io/session-cookie-max-age", "3600"),
 ];
-
-/// Pods on consecutive pod IPs from `first_ip`, all on `port`.
-async fn pods_on(names: &[&str], first_ip: u8, port: u16) -> Vec<EchoBackend> {
-    let mut pods = Vec::new();
-    for (offset, name) in names.iter().enumerate() {
-        let addr = SocketAddr::new(pod_ip(first_ip + offset as u8), port);
-        pods.push(EchoBackend::start_on(name, addr).await.unwrap());
-    }
-    pods
-}
 
 fn ready(pods: &[EchoBackend]) -> Vec<(SocketAddr, PodState)> {
     pods.iter()

@@ -11,19 +11,9 @@ use bytes::Bytes;
 use http::Method;
 use sluice_testkit::{get, http_client, send, EchoBackend, Reply};
 use support::{
-    free_port, ingress, pod_ip, service_with_states, wait_until, write_manifest, PodState, Sluice,
+    free_port, ingress, pod_ip, pods_on, service_with_states, wait_until, write_manifest, PodState,
+    Sluice,
 };
-
-/// Pods named `names` on consecutive pod IPs from `first_ip`, all on `port` (as one
-/// EndpointSlice port requires).
-async fn pods_on(names: &[&str], first_ip: u8, port: u16) -> Vec<EchoBackend> {
-    let mut pods = Vec::new();
-    for (offset, name) in names.iter().enumerate() {
-        let addr = SocketAddr::new(pod_ip(first_ip + offset as u8), port);
-        pods.push(EchoBackend::start_on(name, addr).await.unwrap());
-    }
-    pods
-}
 
 fn ready(addrs: &[SocketAddr]) -> Vec<(SocketAddr, PodState)> {
     addrs.iter().map(|&addr| (addr, PodState::Ready)).collect()
@@ -129,7 +119,13 @@ async fn every_attempt_goes_to_an_endpoint_not_yet_tried() {
 }
 
 /// A case name, the request's method, headers and body length, and how many attempts it gets.
-type RetryCase = (&'static str, Method, &'static [(&'static str, &'static str)], usize, u64);
+type RetryCase = (
+    &'static str,
+    Method,
+    &'static [(&'static str, &'static str)],
+    usize,
+    u64,
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_reached_its_endpoint_is_retried_only_when_safe() {

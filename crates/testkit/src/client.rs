@@ -67,15 +67,5 @@ pub async fn get(
     url: &str,
     host: &str,
 ) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
-    let request = Request::get(url)
-        .header("host", host)
-        .body(Either::Left(Full::new(Bytes::new())))?;
-    let response = client.request(request).await?;
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await?.to_bytes();
-    Ok(Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
+    send(client, http::Method::GET, url, host, &[], Bytes::new()).await
 }

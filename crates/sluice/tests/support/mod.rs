@@ -340,3 +340,18 @@ pub fn annotated_ingress(
         1,
     )
 }
+
+/// Echo pods named `names` on consecutive pod IPs from `first_ip`, all on `port` (as one
+/// EndpointSlice port requires).
+pub async fn pods_on(names: &[&str], first_ip: u8, port: u16) -> Vec<sluice_testkit::EchoBackend> {
+    let mut pods = Vec::new();
+    for (offset, name) in names.iter().enumerate() {
+        let addr = SocketAddr::new(pod_ip(first_ip + offset as u8), port);
+        pods.push(
+            sluice_testkit::EchoBackend::start_on(name, addr)
+                .await
+                .unwrap(),
+        );
+    }
+    pods
+}
