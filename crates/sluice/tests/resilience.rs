@@ -243,3 +243,30 @@ async fn idle_connections_to_an_endpoint_that_leaves_are_closed() {
         "the staying pod's connection was closed too"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_add_at_most_a_fifth_to_a_failing_backends_load() {
+    let port = free_port();
+    let pods = pods_on(&["a", "b", "c"], 48, port).await;
+    let addrs: Vec<SocketAddr> = pods.iter().map(EchoBackend::addr).collect();
+    let (_dir, sluice) = sluice_for(&ready(&addrs)).await;
+
+    // Every pod answers 503, so every request would like two retries.
+    let requests = 1_000;
+    for _ in 0..requests {
+        let reply = call(&sluice, Method::GET, "/__testkit/status/503", &[]).await;
+        assert_eq!(reply.status, 503);
+    }
+    let retries = sluice.metric("sluice_upstream_retries_total").await;
+    let refused = sluice
+        .metric("sluice_upstream_retries_over_budget_total")
+        .await;
+    // 20% of 1,000 requests within the 10 s window (the floor, 100, is lower).
+    assert!((150.0..=200.0).contains(&retries), "{retries} retries");
+    assert!(refused >= 700.0, "only {refused} retries refused");
+    assert_eq!(
+        total_requests(&pods),
+        requests + retries as u64,
+        "the pods saw every retry"
+    );
+}
