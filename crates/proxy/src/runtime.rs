@@ -2,9 +2,9 @@
 
 use std::sync::{Arc, RwLock};
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use prometheus_client::metrics::counter::Counter;
-use sluice_routing::{BackendId, Condition, Endpoint, EndpointSet};
+use sluice_routing::{BackendId, Condition, Endpoint, EndpointSet, RoutingTable};
 
 use crate::budget::RetryBudget;
 use crate::health::EndpointStats;
@@ -89,6 +89,21 @@ impl Runtime {
         }
     }
 
+    /// Forgets endpoints the table no longer lists and no request is using. Entries normally
+    /// leave with their set; this catches the few that a request still holding an old set
+    /// re-created after that.
+    pub(crate) fn sweep(&self, table: &RoutingTable) {
+        let mut listed: HashSet<Endpoint> = HashSet::new();
+        for backend in table.backends() {
+            listed.extend(backend.endpoints().load().iter().cloned());
+        }
+        if let Ok(mut map) = self.endpoints.write() {
+            map.retain(|endpoint, runtime| {
+                listed.contains(endpoint) || runtime.stats.in_flight() > 0
+            });
+        }
+    }
+
     /// A backend left the table: forget its retry budget.
     pub(crate) fn backend_removed(&self, backend: &BackendId) {
         if let Ok(mut map) = self.budgets.write() {
@@ -113,5 +128,69 @@ where
     match map.write() {
         Ok(mut map) => map.entry(key.clone()).or_default().clone(),
         Err(_) => Arc::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::uri::Authority;
+    use sluice_routing::{Backend, BackendMode, TableBuilder};
+
+    fn endpoint(text: &str) -> Endpoint {
+        Endpoint::new(Authority::try_from(text).expect("valid authority"))
+    }
+
+    fn tracked(runtime: &Runtime) -> usize {
+        runtime.endpoints.read().map(|map| map.len()).unwrap_or(0)
+    }
+
+    #[test]
+    fn an_endpoint_that_leaves_its_set_is_forgotten() {
+        let runtime = Runtime::default();
+        let (a, b) = (endpoint("10.0.0.1:80"), endpoint("10.0.0.2:80"));
+        runtime
+            .endpoint(&a)
+            .stats
+            .record_connect_failure(std::time::Instant::now(), true);
+        runtime.endpoint(&b);
+        let old = EndpointSet::new(vec![a.clone(), b.clone()]);
+        let new = EndpointSet::with_terminating(vec![b.clone()], Vec::new());
+        runtime.endpoints_changed(&old, &new);
+        assert!(runtime.existing(&a).is_none());
+        assert!(runtime.existing(&b).is_some());
+    }
+
+    #[test]
+    fn a_terminating_endpoint_keeps_its_state() {
+        let runtime = Runtime::default();
+        let a = endpoint("10.0.0.1:80");
+        let stats = runtime.endpoint(&a).stats.clone();
+        let old = EndpointSet::new(vec![a.clone()]);
+        let new = EndpointSet::with_terminating(Vec::new(), vec![a.clone()]);
+        runtime.endpoints_changed(&old, &new);
+        assert!(Arc::ptr_eq(&runtime.endpoint(&a).stats, &stats));
+    }
+
+    #[test]
+    fn a_sweep_drops_endpoints_no_backend_lists_unless_in_use() {
+        let runtime = Runtime::default();
+        let (listed, stale, busy) = (
+            endpoint("10.0.0.1:80"),
+            endpoint("10.0.0.2:80"),
+            endpoint("10.0.0.3:80"),
+        );
+        runtime.endpoint(&listed);
+        runtime.endpoint(&stale);
+        let _in_use = runtime.endpoint(&busy).stats.begin();
+        let mut builder = TableBuilder::new();
+        builder.add_backend(Backend::new(
+            BackendId::new("ns", "svc", "80"),
+            BackendMode::Endpoints,
+            EndpointSet::new(vec![listed.clone()]),
+        ));
+        runtime.sweep(&builder.build());
+        assert_eq!(tracked(&runtime), 2);
+        assert!(runtime.existing(&stale).is_none());
     }
 }

@@ -1,11 +1,15 @@
 //! The one published swap target for routes and endpoint sets, which also tells the runtime state which endpoints left.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use sluice_routing::{BackendId, EndpointSet, RoutingTable};
 
 use crate::runtime::Runtime;
+
+/// How often a publish also sweeps runtime state of endpoints no longer listed.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Shared handle to the published routing table and the data plane's runtime state. Cloning it
 /// is cheap. Every change to what the data plane serves goes through it, so endpoints that
@@ -14,6 +18,7 @@ use crate::runtime::Runtime;
 pub struct TableHandle {
     table: Arc<ArcSwap<RoutingTable>>,
     runtime: Arc<Runtime>,
+    last_sweep: Arc<Mutex<Option<Instant>>>,
 }
 
 impl TableHandle {
@@ -21,6 +26,7 @@ impl TableHandle {
         Self {
             table: Arc::new(ArcSwap::from_pointee(table)),
             runtime: Arc::default(),
+            last_sweep: Arc::default(),
         }
     }
 
@@ -50,6 +56,21 @@ impl TableHandle {
                 self.runtime.endpoints_changed(&before, &after);
             }
         }
+        if self.sweep_due() {
+            self.runtime.sweep(&new);
+        }
+    }
+
+    /// Whether a minute has passed since the runtime state was last swept.
+    fn sweep_due(&self) -> bool {
+        let Ok(mut last) = self.last_sweep.lock() else {
+            return false;
+        };
+        let due = last.is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
     }
 
     /// Swaps one backend's endpoint set in the serving table. Returns `false` when the table
