@@ -14,7 +14,7 @@ use crate::serve::{shutdown_on_signal, ServeConfig, Server, SourceConfig};
 
 /// The manifests in examples/demo/, with `{{POD_PORT}}`, `{{CLUSTER_IP}}` and `{{CLUSTER_PORT}}`
 /// left for the demo to fill in.
-const TEMPLATES: [(&str, &str); 3] = [
+const TEMPLATES: [(&str, &str); 4] = [
     (
         "ingress-class.yaml",
         include_str!("../../../examples/demo/ingress-class.yaml"),
@@ -23,6 +23,10 @@ const TEMPLATES: [(&str, &str); 3] = [
     (
         "legacy.yaml",
         include_str!("../../../examples/demo/legacy.yaml"),
+    ),
+    (
+        "sticky.yaml",
+        include_str!("../../../examples/demo/sticky.yaml"),
     ),
 ];
 
@@ -127,6 +131,9 @@ Try:
   curl -s -H 'Host: legacy.demo' http://{proxy}/
   # a Service whose only pod is not ready: 503
   curl -s http://{proxy}/down
+  # sticky sessions: the first answer sets a cookie, the next three stay on that pod
+  curl -s -c /tmp/sluice-demo-cookies -H 'Host: sticky.demo' http://{proxy}/
+  for i in 1 2 3; do curl -s -b /tmp/sluice-demo-cookies -H 'Host: sticky.demo' http://{proxy}/; done
   # the compiled table, endpoints and diagnostics
   curl -s http://{admin}/api/routes
 
