@@ -57,6 +57,20 @@ pub enum HashKey {
     Host,
 }
 
+/// Written as ingress-nginx's `upstream-hash-by` variable.
+impl std::fmt::Display for HashKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ClientAddress => f.write_str("$remote_addr"),
+            Self::Header(name) => write!(f, "$http_{}", name.as_str().replace('-', "_")),
+            Self::Cookie(name) => write!(f, "$cookie_{name}"),
+            Self::RequestUri => f.write_str("$request_uri"),
+            Self::Path => f.write_str("$uri"),
+            Self::Host => f.write_str("$host"),
+        }
+    }
+}
+
 fn serialize_header_name<S: serde::Serializer>(
     name: &HeaderName,
     serializer: S,

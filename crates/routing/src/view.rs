@@ -2,11 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::backend::{BackendId, BackendMode, EndpointSet};
 use crate::path::PathKind;
+use crate::policy::{Balancer, RetryPolicy, RoutePolicy};
 use crate::table::RoutingTable;
 
 /// The whole table as plain data.
@@ -26,6 +28,8 @@ pub struct RouteView {
     pub path_type: PathKind,
     pub backend: BackendId,
     pub ingress: String,
+    /// Balancer, sticky cookie, retries and fallback, as compiled from annotations.
+    pub policy: Arc<RoutePolicy>,
 }
 
 #[derive(Debug, Serialize)]
@@ -49,6 +53,7 @@ impl TableView {
                             path_type: route.path.kind(),
                             backend: backend_id(route.backend)?,
                             ingress: route.ingress.to_string(),
+                            policy: route.policy.clone(),
                         })
                     })
                     .collect();
@@ -86,8 +91,12 @@ impl fmt::Display for TableView {
                 let kind = format!("{:?}", route.path_type);
                 writeln!(
                     f,
-                    "    {:<24} {:<7} -> {}  (from {})",
-                    route.path, kind, route.backend, route.ingress
+                    "    {:<24} {:<7} -> {}  (from {}){}",
+                    route.path,
+                    kind,
+                    route.backend,
+                    route.ingress,
+                    policy_summary(&route.policy)
                 )?;
             }
         }
@@ -114,5 +123,36 @@ impl fmt::Display for TableView {
             writeln!(f, "  {id} [{}] {endpoints}", backend.mode)?;
         }
         Ok(())
+    }
+}
+
+/// The ways a policy differs from the default, e.g. ` [least_request, sticky cookie route]`;
+/// empty for the default policy.
+fn policy_summary(policy: &RoutePolicy) -> String {
+    let mut parts = Vec::new();
+    match &policy.balancer {
+        Balancer::RoundRobin => {}
+        Balancer::LeastRequest => parts.push("least_request".to_owned()),
+        Balancer::Ewma => parts.push("ewma".to_owned()),
+        Balancer::Hash(key) => parts.push(format!("hash {key}")),
+    }
+    if let Some(cookie) = &policy.sticky {
+        parts.push(format!("sticky cookie {}", cookie.name));
+    }
+    if policy.retry != RetryPolicy::default() {
+        let retry = &policy.retry;
+        if retry.on.off {
+            parts.push("no retries".to_owned());
+        } else {
+            parts.push(format!("tries {}", retry.tries));
+        }
+    }
+    if let Some(fallback) = &policy.fallback {
+        parts.push(format!("fallback {fallback}"));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("  [{}]", parts.join(", "))
     }
 }

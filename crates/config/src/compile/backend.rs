@@ -380,12 +380,16 @@ fn endpoints_mode(
     diagnostics: &mut Diagnostics,
 ) -> Arc<EndpointSet> {
     let set = endpoints.ready_endpoints(namespace, service, port.name.as_deref());
-    if set.is_empty() {
+    if set.ready().is_empty() {
+        let consequence = match set.terminating().len() {
+            0 => "requests to it answer 503 (or go to the ClusterIP where a route uses service-upstream: fallback)".to_owned(),
+            draining => format!("its {draining} terminating endpoint(s) that still serve take the requests"),
+        };
         diagnostics.warning(
             &service_ref(),
             "",
             format!(
-                "no ready endpoints for port {}; requests to it answer 503",
+                "no ready endpoints for port {}; {consequence}",
                 port_label(port)
             ),
         );
