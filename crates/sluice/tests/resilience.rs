@@ -11,8 +11,8 @@ use bytes::Bytes;
 use http::Method;
 use sluice_testkit::{get, http_client, send, EchoBackend, Reply};
 use support::{
-    free_port, ingress, pod_ip, pods_on, service_with_states, wait_until, write_manifest, PodState,
-    Sluice,
+    annotated_ingress, free_port, ingress, pod_ip, pods_on, service_with_states, wait_until,
+    write_manifest, PodState, Sluice,
 };
 
 fn ready(addrs: &[SocketAddr]) -> Vec<(SocketAddr, PodState)> {
@@ -268,5 +268,76 @@ async fn retries_add_at_most_a_fifth_to_a_failing_backends_load() {
         total_requests(&pods),
         requests + retries as u64,
         "the pods saw every retry"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_annotations_shape_the_attempts() {
+    let port = free_port();
+    let pods = pods_on(&["a", "b", "c"], 52, port).await;
+    let addrs: Vec<SocketAddr> = pods.iter().map(EchoBackend::addr).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let route = [("/", "Prefix", "app", 80)];
+    let documents = [
+        annotated_ingress(
+            "impatient",
+            "impatient.test",
+            &route,
+            &[
+                ("sluice.dev/per-try-timeout", "200ms"),
+                ("nginx.ingress.kubernetes.io/proxy-next-upstream-tries", "2"),
+            ],
+        ),
+        annotated_ingress(
+            "errors-only",
+            "errors-only.test",
+            &route,
+            &[(
+                "nginx.ingress.kubernetes.io/proxy-next-upstream",
+                "error timeout",
+            )],
+        ),
+        service_with_states("app", 80, &ready(&addrs)),
+    ];
+    write_manifest(dir.path(), "app.yaml", &documents);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let client = http_client();
+
+    let started = std::time::Instant::now();
+    let slow = sluice.url("/__testkit/sleep/3000");
+    let reply = send(
+        &client,
+        Method::GET,
+        &slow,
+        "impatient.test",
+        &[],
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    assert_eq!(reply.status, 504, "{}", reply.body);
+    assert!(
+        took >= Duration::from_millis(380) && took < Duration::from_millis(2_000),
+        "two tries of 200 ms took {took:?}"
+    );
+    assert_eq!(total_requests(&pods), 2, "proxy-next-upstream-tries: 2");
+
+    let unavailable = sluice.url("/__testkit/status/503");
+    let reply = send(
+        &client,
+        Method::GET,
+        &unavailable,
+        "errors-only.test",
+        &[],
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status, 503);
+    assert_eq!(
+        total_requests(&pods),
+        3,
+        "a 503 is not retried without http_503"
     );
 }
