@@ -354,11 +354,20 @@ impl<'a> Exchange<'a> {
 
     /// Whether a request that reached an endpoint may be sent to another.
     fn may_resend(&self) -> bool {
-        let idempotent = is_idempotent(&self.parts.method)
-            || self.parts.headers.contains_key(IDEMPOTENCY_KEY)
-            || self.policy.retry.on.non_idempotent;
-        idempotent && self.body.is_replayable()
+        may_resend(&self.parts, self.policy) && self.body.is_replayable()
     }
+}
+
+/// Whether the route's retry rules would ever send this request again after it reached an
+/// endpoint: an idempotent method, an `Idempotency-Key`, or `non_idempotent` retries. Only such
+/// requests have their bodies buffered for replay.
+pub(crate) fn may_resend(parts: &Parts, policy: &RoutePolicy) -> bool {
+    let retry = &policy.retry;
+    let retries = !retry.on.off && retry.tries > 1;
+    let safe = is_idempotent(&parts.method)
+        || parts.headers.contains_key(IDEMPOTENCY_KEY)
+        || retry.on.non_idempotent;
+    retries && safe
 }
 
 impl Failure {

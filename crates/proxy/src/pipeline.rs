@@ -12,7 +12,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use sluice_routing::{normalize_request_host, Endpoint, RoutingTable, Target};
 
-use crate::attempt::{Answer, AttemptSettings, Exchange};
+use crate::attempt::{may_resend, Answer, AttemptSettings, Exchange};
 use crate::body::{RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
 use crate::headers::{ensure_host, set_forwarded, strip_hop_by_hop};
@@ -72,7 +72,7 @@ impl Proxy {
         let target = route(&table, &request)?;
         let (mut parts, body) = request.into_parts();
         prepare_upstream_headers(&mut parts, client);
-        let may_replay = !target.policy.retry.on.off && target.policy.retry.tries > 1;
+        let may_replay = may_resend(&parts, target.policy);
         let body = RequestBody::prepare(&parts, body, may_replay, self.replay_limit).await?;
         let session = self.session(&target, &parts);
         let settings = AttemptSettings {
