@@ -131,9 +131,4 @@ impl ConnectionPool {
         // Dropping the last sender of an idle HTTP/1.1 connection makes hyper close it.
         drop(closing);
     }
-
-    /// How many idle connections the pool holds.
-    pub(crate) fn idle_count(&self) -> usize {
-        self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
-    }
 }

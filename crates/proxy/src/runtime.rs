@@ -52,15 +52,6 @@ impl Runtime {
         get_or_insert(&self.budgets, backend)
     }
 
-    /// Idle connections the proxy keeps to `endpoint` (for tests and the admin API).
-    pub fn idle_connections(&self, endpoint: &Endpoint) -> usize {
-        self.endpoints
-            .read()
-            .ok()
-            .and_then(|map| map.get(endpoint).map(|rt| rt.pool.idle_count()))
-            .unwrap_or(0)
-    }
-
     /// A backend's set changed from `old` to `new`: endpoints that stopped being ready have
     /// their idle connections closed, and endpoints no longer listed are forgotten.
     pub(crate) fn endpoints_changed(&self, old: &EndpointSet, new: &EndpointSet) {
