@@ -8,7 +8,9 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use sluice_testkit::{get, http_client, EchoBackend, LoadRun};
-use support::{ingress, pod_ip, run_check, service, wait_until, write_manifest, Sluice};
+use support::{
+    ingress, pod_ip, run_check, service, wait_until, write_catch_all, write_manifest, Sluice,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifest_changes_under_constant_load_fail_no_request() {
@@ -64,14 +66,7 @@ async fn manifest_changes_under_constant_load_fail_no_request() {
 async fn a_broken_file_keeps_the_old_routes_and_check_names_it() {
     let pod = EchoBackend::start("steady", pod_ip(60)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "app.yaml",
-        &[
-            ingress("app", "", &[("/", "Prefix", "app", 80)]),
-            service("app", 80, &[pod.addr()]),
-        ],
-    );
+    write_catch_all(dir.path(), "app", &[pod.addr()]);
     let sluice = Sluice::start(dir.path(), &[]).await;
     let client = http_client();
 

@@ -6,20 +6,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use sluice_testkit::{get, http_client, EchoBackend, LoadRun};
-use support::{ingress, pod_ip, service, wait_until, write_manifest, Sluice};
+use support::{pod_ip, wait_until, write_catch_all, Sluice};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_without_losing_a_request() {
     let pod = EchoBackend::start("pod", pod_ip(60)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "app.yaml",
-        &[
-            ingress("app", "", &[("/", "Prefix", "app", 80)]),
-            service("app", 80, &[pod.addr()]),
-        ],
-    );
+    write_catch_all(dir.path(), "app", &[pod.addr()]);
     let mut sluice = Sluice::start(
         dir.path(),
         &["--shutdown-delay", "1500ms", "--grace-period", "10s"],

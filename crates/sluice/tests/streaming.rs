@@ -5,7 +5,7 @@ mod support;
 
 use http_body_util::{BodyExt, Either};
 use sluice_testkit::{http_client, EchoBackend, PatternBody};
-use support::{ingress, pod_ip, service, write_manifest, Sluice};
+use support::{pod_ip, write_catch_all, Sluice};
 
 const SIZE: u64 = 100 * 1024 * 1024;
 const RSS_LIMIT: u64 = 50 * 1024 * 1024;
@@ -14,14 +14,7 @@ const RSS_LIMIT: u64 = 50 * 1024 * 1024;
 async fn streams_100_mb_each_way_without_buffering() {
     let pod = EchoBackend::start("bulk", pod_ip(90)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "bulk.yaml",
-        &[
-            ingress("bulk", "", &[("/", "Prefix", "bulk", 80)]),
-            service("bulk", 80, &[pod.addr()]),
-        ],
-    );
+    write_catch_all(dir.path(), "bulk", &[pod.addr()]);
     let sluice = Sluice::start(dir.path(), &[]).await;
     let client = http_client();
 

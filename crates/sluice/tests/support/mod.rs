@@ -355,3 +355,16 @@ pub async fn pods_on(names: &[&str], first_ip: u8, port: u16) -> Vec<sluice_test
     }
     pods
 }
+
+/// Writes `NAME.yaml`: a catch-all Ingress `name` to Service `name` port 80 with these
+/// endpoints, the smallest app sluice can serve.
+pub fn write_catch_all(dir: &Path, name: &str, endpoints: &[SocketAddr]) {
+    write_manifest(
+        dir,
+        &format!("{name}.yaml"),
+        &[
+            ingress(name, "", &[("/", "Prefix", name, 80)]),
+            service(name, 80, endpoints),
+        ],
+    );
+}
