@@ -121,20 +121,21 @@ impl<'a> Exchange<'a> {
                 self.settings.runtime.counters.retries.inc();
             }
             self.attempts += 1;
-            held = None;
             let outcome = self.attempt(&endpoint, fresh).await;
             self.last_reached = !matches!(outcome, Err(Failure::NotSent(_)));
             if self.last_reached || self.backend.mode() != BackendMode::Endpoints {
                 self.charged += 1;
             }
             match outcome {
+                // Kept until a later attempt answers: when every try fails, the client gets
+                // the last endpoint answer rather than a connect error.
                 Ok(answer) if self.retries_status(&answer) => held = Some(answer),
                 Ok(answer) => return Ok(answer),
                 Err(failure) => {
                     let retry = self.may_retry(&failure);
                     last_error = failure.into_error();
                     if !retry {
-                        return Err(last_error);
+                        break;
                     }
                 }
             }

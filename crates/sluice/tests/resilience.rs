@@ -341,3 +341,18 @@ async fn retry_annotations_shape_the_attempts() {
         "a 503 is not retried without http_503"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_try_fails_the_client_gets_the_last_endpoint_answer() {
+    let port = free_port();
+    let live = pods_on(&["unwell"], 56, port).await;
+    let dead = SocketAddr::new(pod_ip(57), port);
+    let (_dir, sluice) = sluice_for(&ready(&[live[0].addr(), dead])).await;
+    // Whichever comes first, the dead endpoint's refused connect does not replace the live
+    // endpoint's own 503.
+    for _ in 0..4 {
+        let reply = call(&sluice, Method::GET, "/__testkit/status/503", &[]).await;
+        assert_eq!(reply.status, 503, "{}", reply.body);
+        assert_eq!(reply.body.trim(), "unwell");
+    }
+}
