@@ -33,6 +33,19 @@ pub struct Report {
 }
 
 impl Report {
+    /// The keys of the JSON line, a contract with scripts and tests that read it.
+    pub const KEYS: [&'static str; 9] = [
+        "requests",
+        "failed",
+        "failures",
+        "retries",
+        "p50_ms",
+        "p99_ms",
+        "mode",
+        "termination",
+        "cluster_ip",
+    ];
+
     /// The report of a drill run with `options` whose load saw `outcome`.
     pub fn new(
         outcome: &LoadOutcome,
@@ -111,6 +124,7 @@ impl fmt::Display for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn report() -> Report {
         Report {
@@ -131,26 +145,13 @@ mod tests {
         let line = report().with_retries(7).to_json_line();
         assert!(!line.contains('\n'));
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();
-        let mut keys: Vec<&str> = value
+        let keys: BTreeSet<&str> = value
             .as_object()
             .unwrap()
             .keys()
             .map(String::as_str)
             .collect();
-        keys.sort_unstable();
-        let mut expected = [
-            "requests",
-            "failed",
-            "failures",
-            "retries",
-            "p50_ms",
-            "p99_ms",
-            "mode",
-            "termination",
-            "cluster_ip",
-        ];
-        expected.sort_unstable();
-        assert_eq!(keys, expected);
+        assert_eq!(keys, BTreeSet::from(Report::KEYS));
         assert_eq!(value["retries"], 7);
         assert!(value["cluster_ip"].is_null());
     }

@@ -45,20 +45,12 @@ async fn a_graceful_pod_serves_on_then_finishes_its_requests_and_refuses_connect
         "still accepting during preStop"
     );
 
-    within(
-        SECOND,
-        "closing the listener",
-        pod.reached(PodPhase::ListenerClosed),
-    )
-    .await;
+    listener_closed(&pod).await;
     assert!(
         signalled.elapsed() >= Duration::from_millis(300),
         "closed before its preStop ended"
     );
-    assert!(
-        is_refused(TcpStream::connect(pod.address()).await),
-        "connect must be refused"
-    );
+    assert_refused(&pod).await;
 
     let (status, body) = in_flight
         .await
@@ -82,20 +74,12 @@ async fn an_abrupt_pod_refuses_at_once_closes_idle_connections_and_drops_unanswe
 
     let signalled = Instant::now();
     pod.terminate();
-    within(
-        SECOND,
-        "closing the listener",
-        pod.reached(PodPhase::ListenerClosed),
-    )
-    .await;
+    listener_closed(&pod).await;
     assert!(
         signalled.elapsed() < Duration::from_millis(50),
         "abrupt must close at once"
     );
-    assert!(
-        is_refused(TcpStream::connect(pod.address()).await),
-        "connect must be refused"
-    );
+    assert_refused(&pod).await;
 
     within(
         Duration::from_millis(100),
@@ -120,12 +104,7 @@ async fn an_abrupt_pod_finishes_a_response_it_is_writing() {
     let mut connection = connect(pod.address()).await;
     let response = connection.sender.send_request(get()).await.unwrap();
     pod.terminate();
-    within(
-        SECOND,
-        "closing the listener",
-        pod.reached(PodPhase::ListenerClosed),
-    )
-    .await;
+    listener_closed(&pod).await;
     let body = http_body_util::BodyExt::collect(response.into_body()).await;
     assert!(body.is_ok(), "the body being written completes: {body:?}");
     within(SECOND, "closing the connection", connection.driver)
@@ -149,6 +128,21 @@ async fn a_crashing_pod_cuts_a_response_mid_body_and_refuses_connections() {
         is_reset(&error),
         "SO_LINGER 0 must make it a RST: {error:?}"
     );
+    assert_refused(&pod).await;
+}
+
+/// Waits up to a second for the pod to close its listener.
+async fn listener_closed(pod: &Pod) {
+    within(
+        SECOND,
+        "closing the listener",
+        pod.reached(PodPhase::ListenerClosed),
+    )
+    .await;
+}
+
+/// Asserts the pod's address refuses connections (its listener is really closed).
+async fn assert_refused(pod: &Pod) {
     assert!(
         is_refused(TcpStream::connect(pod.address()).await),
         "connect must be refused"
