@@ -6,6 +6,7 @@
 
 mod backend;
 mod host;
+mod normalize;
 mod path;
 mod policy;
 mod table;
@@ -15,6 +16,7 @@ pub use backend::{
     Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,
 };
 pub use host::{normalize_request_host, HostMatch};
+pub use normalize::{normalize_path, PathError};
 pub use path::{PathKind, PathMatch};
 pub use policy::{Balancer, HashKey, RetryOn, RetryPolicy, RoutePolicy, SameSite, StickyCookie};
 pub use table::{BackendIndex, Route, RoutingTable, TableBuilder, Target};
