@@ -3,29 +3,42 @@
 //! The retry rules, in order: a connect that failed (nothing was sent) may be retried for any
 //! method; after the request was sent, only idempotent methods (or requests carrying
 //! `Idempotency-Key`) with a replayable body; after response bytes went to the client, never
-//! (an attempt ends when response headers arrive, so this holds by construction).
+//! (an attempt ends when response headers arrive, so this holds by construction). A request
+//! that broke on the client's side (its body too large, stalled or unreadable) is never
+//! retried.
 //!
 //! What limits retries: every attempt goes to an endpoint not tried yet. Attempts that reached
-//! an endpoint count against the route's tries, and their retries against the backend's retry
-//! budget. A failed connect puts no load on any endpoint, so it counts against neither: a
-//! request keeps looking for a listening endpoint among those not yet tried (and not ejected).
-//! With a single address (service-upstream, ExternalName) every attempt counts.
+//! an endpoint, and connects that timed out, count against the route's tries; retries after an
+//! attempt that reached its endpoint count against the backend's retry budget. A refused or
+//! reset connect puts no load on any endpoint and costs no time, so it counts against
+//! neither: a request keeps looking for a listening endpoint among those not yet tried (and
+//! not ejected). With a single address (service-upstream, ExternalName) every attempt counts.
+//!
+//! A stale keep-alive connection is not a failed attempt: when a pooled connection fails
+//! before any byte of the response (the endpoint closed it as the request went out), a request
+//! that may be resent goes again on a new connection to the same endpoint, as Go's transport
+//! does, at no cost in tries or budget.
+//!
+//! Timing: the response-header timeout (or the route's per-try timeout) starts once the
+//! request body has been sent. While the body goes out, an endpoint that takes nothing for the
+//! body idle timeout ends the attempt (504); a client that sends nothing for as long fails its
+//! own body (408).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::HeaderName;
 use http::request::Parts;
-use http::uri::{PathAndQuery, Scheme, Uri};
 use http::{Method, Request, Response, Version};
 use hyper::body::Incoming;
+use hyper::client::conn::TrySendError;
 use sluice_routing::{Backend, BackendMode, Endpoint, EndpointSet, RoutePolicy};
 
 use crate::balance::{Candidates, RequestKey};
-use crate::body::RequestBody;
+use crate::body::{ClientBodyError, RequestBody, UploadProgress, UpstreamBody};
 use crate::error::ProxyError;
-use crate::health::{Admission, InFlight};
-use crate::pool::{Connection, ConnectionPool};
+use crate::health::{Admission, InFlight, TrialGuard};
+use crate::pool::{keep_alive_for, Connection, ConnectionPool};
 use crate::runtime::{EndpointRuntime, Runtime};
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -35,6 +48,8 @@ pub(crate) struct AttemptSettings<'s> {
     pub(crate) runtime: &'s Runtime,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_header_timeout: Duration,
+    pub(crate) body_idle_timeout: Duration,
+    pub(crate) upstream_idle_timeout: Duration,
 }
 
 /// A response from an endpoint, with what the caller needs to finish it.
@@ -44,14 +59,36 @@ pub(crate) struct Answer {
     pub(crate) endpoint: Endpoint,
 }
 
-/// How an attempt failed, which decides whether another may follow.
+/// How an attempt failed, which decides whether another may follow and what it costs.
 enum Failure {
-    /// Nothing reached the endpoint: the connect failed or a pooled connection was closed.
+    /// Nothing reached the endpoint: the connect was refused or reset, or a pooled connection
+    /// was closed before the request went out.
     NotSent(ProxyError),
+    /// The connect timed out: nothing was sent, but the time is spent, so it counts as a try.
+    ConnectTimedOut,
     /// The request was sent and the connection then failed.
     Sent(ProxyError),
-    /// No response headers within the per-try timeout.
-    TimedOut,
+    /// No response headers within the per-try timeout, or the endpoint stopped reading the body.
+    TimedOut(ProxyError),
+    /// The client broke its own request: never retried.
+    Client(ProxyError),
+}
+
+/// How one exchange on a connection ended, short of a response.
+enum Exchanged {
+    /// The connection was closed before the request went out; hyper gave it back.
+    Unsent(Box<Request<UpstreamBody>>, ProxyError),
+    Failed(hyper::Error),
+    TimedOut(ProxyError),
+}
+
+/// The next endpoint to try.
+struct Pick {
+    endpoint: Endpoint,
+    /// Whether the attempt needs a new connection (not a pooled one).
+    fresh: bool,
+    /// The claim when this attempt is an ejected endpoint's trial; it always resolves.
+    trial: Option<TrialGuard>,
 }
 
 /// The request's attempts so far.
@@ -60,6 +97,7 @@ pub(crate) struct Exchange<'a> {
     backend: &'a Backend,
     policy: &'a RoutePolicy,
     set: Arc<EndpointSet>,
+    /// The head sent upstream: origin-form target, this hop's headers.
     parts: Parts,
     body: RequestBody,
     client: std::net::IpAddr,
@@ -112,7 +150,8 @@ impl<'a> Exchange<'a> {
         budget.record_request(self.started);
         let mut last_error = ProxyError::NoEndpoints;
         let mut held: Option<Answer> = None;
-        while let Some((endpoint, fresh)) = self.next_target() {
+        while let Some(pick) = self.next_target() {
+            // A refused retry drops `pick`, which releases a trial it claimed.
             if self.last_reached && !budget.try_retry(Instant::now()) {
                 self.settings.runtime.counters.retries_over_budget.inc();
                 break;
@@ -121,9 +160,16 @@ impl<'a> Exchange<'a> {
                 self.settings.runtime.counters.retries.inc();
             }
             self.attempts += 1;
-            let outcome = self.attempt(&endpoint, fresh).await;
-            self.last_reached = !matches!(outcome, Err(Failure::NotSent(_)));
-            if self.last_reached || self.backend.mode() != BackendMode::Endpoints {
+            let outcome = self.attempt(&pick.endpoint, pick.fresh).await;
+            if let Some(trial) = pick.trial {
+                self.settle_trial(trial, &pick.endpoint, &outcome);
+            }
+            self.last_reached = matches!(
+                outcome,
+                Ok(_) | Err(Failure::Sent(_) | Failure::TimedOut(_))
+            );
+            let costly = self.last_reached || matches!(outcome, Err(Failure::ConnectTimedOut));
+            if costly || self.backend.mode() != BackendMode::Endpoints {
                 self.charged += 1;
             }
             match outcome {
@@ -143,9 +189,29 @@ impl<'a> Exchange<'a> {
         held.ok_or(last_error)
     }
 
-    /// The next endpoint to try and whether it needs a new connection, or `None` when the
-    /// candidates, the tries or the retry time are used up.
-    fn next_target(&mut self) -> Option<(Endpoint, bool)> {
+    /// Resolves an ejected endpoint's trial: any HTTP response brings it back; a failure of
+    /// the endpoint ejects it again; a request the client broke says nothing about it.
+    fn settle_trial(
+        &self,
+        trial: TrialGuard,
+        endpoint: &Endpoint,
+        outcome: &Result<Answer, Failure>,
+    ) {
+        match outcome {
+            Ok(_) => trial.alive(),
+            Err(Failure::Client(_)) => drop(trial),
+            Err(_) => {
+                let may_eject = self.ejected_besides(endpoint) < self.set.eligible().len() / 2;
+                if trial.failed(Instant::now(), may_eject) {
+                    self.settings.runtime.counters.ejections.inc();
+                }
+            }
+        }
+    }
+
+    /// The next endpoint to try, or `None` when the candidates, the tries or the retry time
+    /// are used up.
+    fn next_target(&mut self) -> Option<Pick> {
         let retry = &self.policy.retry;
         let tries_left = self.charged < retry.tries.max(1);
         if !tries_left && !self.fallback_due() {
@@ -158,48 +224,73 @@ impl<'a> Exchange<'a> {
             // One address (a ClusterIP or a DNS name): retry it on a new connection, so
             // kube-proxy or DNS may choose another pod.
             let endpoint = self.set.eligible().first()?.clone();
-            return tries_left.then_some((endpoint, self.attempts > 0));
+            let fresh = self.attempts > 0;
+            return tries_left.then_some(Pick {
+                endpoint,
+                fresh,
+                trial: None,
+            });
         }
         if let Some(pinned) = self.pinned.take() {
-            let stats = &self.settings.runtime.endpoint(&pinned).stats;
-            if stats.admit(Instant::now()) != Admission::Ejected {
-                return Some((pinned, false));
+            if let Some(trial) = self.admit(&pinned) {
+                return Some(Pick {
+                    endpoint: pinned,
+                    fresh: false,
+                    trial,
+                });
             }
         }
         if tries_left {
-            if let Some(endpoint) = self.next_candidate() {
-                return Some((endpoint, false));
+            if let Some(pick) = self.next_candidate() {
+                return Some(pick);
             }
         }
         self.fallback()
     }
 
-    fn next_candidate(&mut self) -> Option<Endpoint> {
+    /// `None` when the endpoint is ejected; else whether this request is its trial.
+    fn admit(&self, endpoint: &Endpoint) -> Option<Option<TrialGuard>> {
+        let stats = &self.settings.runtime.endpoint(endpoint).stats;
+        match stats.admit(Instant::now()) {
+            Admission::Open => Some(None),
+            Admission::Trial(trial) => Some(Some(trial)),
+            Admission::Ejected => None,
+        }
+    }
+
+    fn next_candidate(&mut self) -> Option<Pick> {
         let set = self.set.clone();
         let eligible = set.eligible();
-        let candidates = self.candidates.get_or_insert_with(|| {
+        if self.candidates.is_none() {
             let key = RequestKey {
                 parts: &self.parts,
                 client: self.client,
             };
-            Candidates::new(
+            self.candidates = Some(Candidates::new(
                 &self.policy.balancer,
                 self.backend,
                 eligible,
                 &key,
                 self.settings.runtime,
-            )
-        });
-        let now = Instant::now();
-        while let Some(endpoint) = candidates.next(eligible, &self.skip) {
-            let endpoint = endpoint.clone();
-            let admission = self.settings.runtime.endpoint(&endpoint).stats.admit(now);
-            if admission != Admission::Ejected {
-                return Some(endpoint);
-            }
-            self.skip.push(endpoint);
+            ));
         }
-        None
+        loop {
+            let endpoint = self
+                .candidates
+                .as_mut()?
+                .next(eligible, &self.skip)?
+                .clone();
+            match self.admit(&endpoint) {
+                Some(trial) => {
+                    return Some(Pick {
+                        endpoint,
+                        fresh: false,
+                        trial,
+                    })
+                }
+                None => self.skip.push(endpoint),
+            }
+        }
     }
 
     /// Whether the ClusterIP fallback is still to be tried.
@@ -207,16 +298,18 @@ impl<'a> Exchange<'a> {
         self.policy.fallback.is_some() && !self.fallback_used
     }
 
-    fn fallback(&mut self) -> Option<(Endpoint, bool)> {
+    fn fallback(&mut self) -> Option<Pick> {
         if !self.fallback_due() {
             return None;
         }
         self.fallback_used = true;
         self.settings.runtime.counters.fallbacks.inc();
-        self.policy
-            .fallback
-            .clone()
-            .map(|endpoint| (endpoint, false))
+        let endpoint = self.policy.fallback.clone()?;
+        Some(Pick {
+            endpoint,
+            fresh: false,
+            trial: None,
+        })
     }
 
     async fn attempt(&mut self, endpoint: &Endpoint, fresh: bool) -> Result<Answer, Failure> {
@@ -228,37 +321,29 @@ impl<'a> Exchange<'a> {
             Some(connection) => connection,
             None => self.connect(endpoint, &runtime).await?,
         };
+        let mut resent_on_new_connection = false;
         loop {
             let Some(body) = self.body.take() else {
                 return Err(Failure::Sent(ProxyError::BadRequest(
                     "request body already sent",
                 )));
             };
-            let request = self.upstream_request(endpoint, body)?;
+            let progress = body.progress();
+            let request = self.upstream_request(body);
             let sent = Instant::now();
-            let timeout = self
-                .policy
-                .retry
-                .per_try_timeout
-                .unwrap_or(self.settings.response_header_timeout);
-            let outcome =
-                tokio::time::timeout(timeout, connection.sender.try_send_request(request)).await;
-            match outcome {
-                Ok(Ok(response)) => {
+            match self.exchange(&mut connection, request, &progress).await {
+                Ok(response) => {
                     runtime.stats.record_latency(sent.elapsed());
-                    ConnectionPool::check_in_when_ready(runtime.pool.clone(), connection);
+                    let keep_for =
+                        keep_alive_for(response.headers(), self.settings.upstream_idle_timeout);
+                    ConnectionPool::check_in_when_ready(runtime.pool.clone(), connection, keep_for);
                     return Ok(Answer {
                         response,
                         in_flight,
                         endpoint: endpoint.clone(),
                     });
                 }
-                Ok(Err(mut error)) => {
-                    let unsent = error.take_message();
-                    let error = ProxyError::UpstreamFailed(error.into_error());
-                    let Some(request) = unsent else {
-                        return Err(Failure::Sent(error));
-                    };
+                Err(Exchanged::Unsent(request, error)) => {
                     self.body.restore(request.into_body());
                     if !connection.reused {
                         return Err(Failure::NotSent(error));
@@ -269,8 +354,66 @@ impl<'a> Exchange<'a> {
                         None => self.connect(endpoint, &runtime).await?,
                     };
                 }
-                Err(_elapsed) => return Err(Failure::TimedOut),
+                Err(Exchanged::Failed(error)) => {
+                    if let Some(broken) = ClientBodyError::find(&error) {
+                        return Err(Failure::Client(broken.to_proxy_error()));
+                    }
+                    let stale = connection.reused
+                        && !resent_on_new_connection
+                        && closed_before_response(&error)
+                        && resendable(&self.parts)
+                        && self.body.is_replayable();
+                    if !stale {
+                        return Err(Failure::Sent(ProxyError::UpstreamFailed(error)));
+                    }
+                    resent_on_new_connection = true;
+                    self.settings
+                        .runtime
+                        .counters
+                        .stale_connection_resends
+                        .inc();
+                    connection = self.connect(endpoint, &runtime).await?;
+                }
+                Err(Exchanged::TimedOut(error)) => return Err(Failure::TimedOut(error)),
             }
+        }
+    }
+
+    /// Sends one request on `connection`: first the body, watching for an endpoint that stops
+    /// taking it, then the wait for response headers under the per-try timeout.
+    async fn exchange(
+        &self,
+        connection: &mut Connection,
+        request: Request<UpstreamBody>,
+        progress: &UploadProgress,
+    ) -> Result<Response<Incoming>, Exchanged> {
+        let send = connection.sender.try_send_request(request);
+        tokio::pin!(send);
+        let idle = self.settings.body_idle_timeout;
+        while !progress.is_sent() {
+            let check_at = match progress.client_owes() {
+                true => tokio::time::Instant::now() + idle,
+                false => progress.stall_deadline(idle),
+            };
+            tokio::select! {
+                biased;
+                result = &mut send => return sent(result),
+                () = progress.sent() => {}
+                () = tokio::time::sleep_until(check_at) => {
+                    if progress.endpoint_stalled(idle) {
+                        return Err(Exchanged::TimedOut(ProxyError::UploadStalled));
+                    }
+                }
+            }
+        }
+        let timeout = self
+            .policy
+            .retry
+            .per_try_timeout
+            .unwrap_or(self.settings.response_header_timeout);
+        match tokio::time::timeout(timeout, send).await {
+            Ok(result) => sent(result),
+            Err(_elapsed) => Err(Exchanged::TimedOut(ProxyError::ResponseTimeout)),
         }
     }
 
@@ -286,54 +429,50 @@ impl<'a> Exchange<'a> {
             .await
         {
             Ok(connection) => {
-                runtime.stats.record_success();
+                runtime.stats.record_connect_success();
                 Ok(connection)
             }
             Err(error) => {
-                self.record_connect_failure(runtime);
-                Err(Failure::NotSent(error))
+                self.record_connect_failure(endpoint, runtime);
+                match error {
+                    ProxyError::ConnectTimeout => Err(Failure::ConnectTimedOut),
+                    error => Err(Failure::NotSent(error)),
+                }
             }
         }
     }
 
     /// Counts a failed connect and ejects the endpoint when it is due and its backend can
     /// spare it: at most half of the eligible endpoints are ejected at once.
-    fn record_connect_failure(&self, runtime: &EndpointRuntime) {
-        let now = Instant::now();
-        let eligible = self.set.eligible();
-        let ejected = eligible
-            .iter()
-            .filter(|e| self.settings.runtime.endpoint(e).stats.is_ejected(now))
-            .count();
-        let may_eject = ejected < eligible.len() / 2;
-        if runtime.stats.record_connect_failure(now, may_eject) {
+    fn record_connect_failure(&self, endpoint: &Endpoint, runtime: &EndpointRuntime) {
+        let may_eject = self.ejected_besides(endpoint) < self.set.eligible().len() / 2;
+        if runtime
+            .stats
+            .record_connect_failure(Instant::now(), may_eject)
+        {
             self.settings.runtime.counters.ejections.inc();
         }
     }
 
-    fn upstream_request(
-        &self,
-        endpoint: &Endpoint,
-        body: crate::pool::UpstreamBody,
-    ) -> Result<Request<crate::pool::UpstreamBody>, Failure> {
-        let path = self
-            .parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let uri = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(endpoint.authority().clone())
-            .path_and_query(path)
-            .build()
-            .map_err(|_| Failure::NotSent(ProxyError::BadRequest("unusable request target")))?;
+    /// How many eligible endpoints other than `endpoint` are out of rotation, counting those
+    /// whose ejection ran out but whose trial has not brought them back.
+    fn ejected_besides(&self, endpoint: &Endpoint) -> usize {
+        self.set
+            .eligible()
+            .iter()
+            .filter(|e| *e != endpoint && self.settings.runtime.endpoint(e).stats.is_ejected())
+            .count()
+    }
+
+    /// The request for one attempt: the prepared head (origin-form target, this hop's
+    /// headers) with this attempt's body.
+    fn upstream_request(&self, body: UpstreamBody) -> Request<UpstreamBody> {
         let mut request = Request::new(body);
         *request.method_mut() = self.parts.method.clone();
-        *request.uri_mut() = uri;
+        *request.uri_mut() = self.parts.uri.clone();
         *request.version_mut() = Version::HTTP_11;
         *request.headers_mut() = self.parts.headers.clone();
-        Ok(request)
+        request
     }
 
     /// Whether a response with a retryable status should be held while another endpoint is
@@ -347,9 +486,10 @@ impl<'a> Exchange<'a> {
         let on = &self.policy.retry.on;
         match failure {
             _ if on.off => false,
-            Failure::NotSent(_) => true,
+            Failure::Client(_) => false,
+            Failure::NotSent(_) | Failure::ConnectTimedOut => true,
             Failure::Sent(_) => on.error && self.may_resend(),
-            Failure::TimedOut => on.timeout && self.may_resend(),
+            Failure::TimedOut(_) => on.timeout && self.may_resend(),
         }
     }
 
@@ -359,23 +499,64 @@ impl<'a> Exchange<'a> {
     }
 }
 
+/// What hyper's answer to one send means.
+fn sent(
+    result: Result<Response<Incoming>, TrySendError<Request<UpstreamBody>>>,
+) -> Result<Response<Incoming>, Exchanged> {
+    result.map_err(|mut error| match error.take_message() {
+        Some(request) => Exchanged::Unsent(
+            Box::new(request),
+            ProxyError::UpstreamFailed(error.into_error()),
+        ),
+        None => Exchanged::Failed(error.into_error()),
+    })
+}
+
+/// Whether a connection failed before any response arrived in a way that means the endpoint
+/// closed it: end of stream, reset or broken pipe.
+fn closed_before_response(error: &hyper::Error) -> bool {
+    if error.is_incomplete_message() || error.is_canceled() {
+        return true;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            );
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// Whether the route's retry rules would ever send this request again after it reached an
 /// endpoint: an idempotent method, an `Idempotency-Key`, or `non_idempotent` retries. Only such
 /// requests have their bodies buffered for replay.
 pub(crate) fn may_resend(parts: &Parts, policy: &RoutePolicy) -> bool {
     let retry = &policy.retry;
     let retries = !retry.on.off && retry.tries > 1;
-    let safe = is_idempotent(&parts.method)
-        || parts.headers.contains_key(IDEMPOTENCY_KEY)
-        || retry.on.non_idempotent;
-    retries && safe
+    retries && (resendable(parts) || retry.on.non_idempotent)
+}
+
+/// Whether sending this request twice is safe by its own account: an idempotent method, or an
+/// `Idempotency-Key`.
+pub(crate) fn resendable(parts: &Parts) -> bool {
+    is_idempotent(&parts.method) || parts.headers.contains_key(IDEMPOTENCY_KEY)
 }
 
 impl Failure {
     fn into_error(self) -> ProxyError {
         match self {
-            Self::NotSent(error) | Self::Sent(error) => error,
-            Self::TimedOut => ProxyError::ResponseTimeout,
+            Self::NotSent(error)
+            | Self::Sent(error)
+            | Self::TimedOut(error)
+            | Self::Client(error) => error,
+            Self::ConnectTimedOut => ProxyError::ConnectTimeout,
         }
     }
 }
@@ -387,3 +568,6 @@ fn is_idempotent(method: &Method) -> bool {
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
     )
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,20 +1,31 @@
-//! Request bodies kept for replay when small enough, and response bodies that count their endpoint's load until they end.
+//! Bodies in both directions: a client's request body under its size limit and idle timeout (buffered for replay when small), and an endpoint's response body that counts the endpoint's load and times out when it stalls.
 
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::request::Parts;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio::sync::Notify;
+use tokio::time::{Instant, Sleep};
 
 use crate::error::ProxyError;
 use crate::health::InFlight;
-use crate::pool::UpstreamBody;
 
 /// Request bodies up to this size are buffered so an attempt can be replayed on another endpoint.
 pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
+
+/// The body sent upstream: buffered (and so replayable) or streamed from the client.
+pub(crate) struct UpstreamBody {
+    inner: Either<Full<Bytes>, ClientBody>,
+    progress: Arc<UploadProgress>,
+}
 
 /// The client's request body as the attempts see it.
 pub(crate) enum RequestBody {
@@ -22,17 +33,28 @@ pub(crate) enum RequestBody {
     Replayable(Bytes),
     /// Streamed from the client: only the attempt that takes it can send it, and it is given
     /// back when that attempt never reached the endpoint.
-    Streaming(Option<Incoming>),
+    Streaming(Option<ClientBody>),
+}
+
+/// What limits a request body.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BodyLimits {
+    /// The most bytes the body may have (`None`: unlimited).
+    pub(crate) max_size: Option<u64>,
+    /// The longest pause between two chunks.
+    pub(crate) idle: Duration,
 }
 
 impl RequestBody {
-    /// Buffers the body when it is empty, or when `may_replay` and its declared length is at
-    /// most `limit`; streams it otherwise.
+    /// Refuses a body whose declared length is over the limit before anything is sent; then
+    /// buffers the body when it is empty, or when `may_replay` and its declared length is at
+    /// most `replay_limit`, and streams it otherwise.
     pub(crate) async fn prepare(
         parts: &Parts,
         body: Incoming,
+        limits: BodyLimits,
         may_replay: bool,
-        limit: usize,
+        replay_limit: usize,
     ) -> Result<Self, ProxyError> {
         if body.is_end_stream() {
             return Ok(Self::Replayable(Bytes::new()));
@@ -40,15 +62,21 @@ impl RequestBody {
         let declared = parts
             .headers
             .get(CONTENT_LENGTH)
-            .and_then(|value| value.to_str().ok()?.parse::<usize>().ok());
+            .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+        if let (Some(length), Some(max)) = (declared, limits.max_size) {
+            if length > max {
+                return Err(ProxyError::BodyTooLarge);
+            }
+        }
+        let body = ClientBody::new(body, limits);
         match declared {
-            Some(length) if may_replay && length <= limit => {
+            Some(length) if may_replay && length <= replay_limit as u64 => {
                 let collected =
-                    Limited::new(body, limit)
+                    Limited::new(body, replay_limit)
                         .collect()
                         .await
-                        .map_err(|error| match error.downcast::<hyper::Error>() {
-                            Ok(error) => ProxyError::RequestBody(*error),
+                        .map_err(|error| match error.downcast::<ClientBodyError>() {
+                            Ok(error) => error.to_proxy_error(),
                             Err(_) => ProxyError::BadRequest("request body longer than declared"),
                         })?;
                 Ok(Self::Replayable(collected.to_bytes()))
@@ -64,45 +92,207 @@ impl RequestBody {
 
     /// The body for the next attempt, or `None` when a streamed body was already sent.
     pub(crate) fn take(&mut self) -> Option<UpstreamBody> {
-        match self {
-            Self::Replayable(bytes) => Some(Either::Left(Full::new(bytes.clone()))),
-            Self::Streaming(body) => body.take().map(Either::Right),
-        }
+        let inner = match self {
+            Self::Replayable(bytes) => Either::Left(Full::new(bytes.clone())),
+            Self::Streaming(body) => Either::Right(body.take()?),
+        };
+        let progress = Arc::new(UploadProgress::new(inner.is_end_stream()));
+        Some(UpstreamBody { inner, progress })
     }
 
     /// Takes back the body of an attempt that never reached its endpoint.
     pub(crate) fn restore(&mut self, body: UpstreamBody) {
-        if let (Self::Streaming(slot), Either::Right(body)) = (self, body) {
+        if let (Self::Streaming(slot), Either::Right(body)) = (self, body.inner) {
             *slot = Some(body);
         }
     }
 }
 
-/// An upstream response body that keeps its endpoint's request counted in flight until the
-/// body ends or the client goes away.
-pub struct TrackedBody {
-    inner: Incoming,
-    _in_flight: InFlight,
-}
-
-impl TrackedBody {
-    pub(crate) fn new(inner: Incoming, in_flight: InFlight) -> Self {
-        Self {
-            inner,
-            _in_flight: in_flight,
-        }
+impl UpstreamBody {
+    /// How the upload of this body is going.
+    pub(crate) fn progress(&self) -> Arc<UploadProgress> {
+        self.progress.clone()
     }
 }
 
-impl Body for TrackedBody {
+impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let poll = Pin::new(&mut self.inner).poll_frame(cx);
+        match &poll {
+            Poll::Ready(Some(Ok(_))) => self.progress.advanced(),
+            Poll::Ready(None) => self.progress.finished(),
+            Poll::Ready(Some(Err(_))) => {}
+            Poll::Pending => self.progress.waiting_for_client(),
+        }
+        poll
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let end = self.inner.is_end_stream();
+        if end {
+            self.progress.finished();
+        }
+        end
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// How far one attempt's upload has got, shared by the body (as hyper sends it) and the
+/// attempt (which starts the response-header timeout only once the body is sent, and notices
+/// an endpoint that stops reading).
+pub(crate) struct UploadProgress {
+    origin: Instant,
+    /// Milliseconds from `origin` to the last chunk taken.
+    last_chunk: AtomicU64,
+    /// Whether the body is waiting for the client, not for the endpoint to take more.
+    client_owes: AtomicBool,
+    sent: AtomicBool,
+    done: Notify,
+}
+
+impl UploadProgress {
+    fn new(sent: bool) -> Self {
+        Self {
+            origin: Instant::now(),
+            last_chunk: AtomicU64::new(0),
+            client_owes: AtomicBool::new(false),
+            sent: AtomicBool::new(sent),
+            done: Notify::new(),
+        }
+    }
+
+    fn advanced(&self) {
+        let millis = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_chunk.store(millis, Ordering::Release);
+        self.client_owes.store(false, Ordering::Release);
+    }
+
+    fn waiting_for_client(&self) {
+        self.client_owes.store(true, Ordering::Release);
+    }
+
+    fn finished(&self) {
+        if !self.sent.swap(true, Ordering::AcqRel) {
+            self.done.notify_one();
+        }
+    }
+
+    /// Whether the body last waited for the client rather than for the endpoint.
+    pub(crate) fn client_owes(&self) -> bool {
+        self.client_owes.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_sent(&self) -> bool {
+        self.sent.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the whole body has been handed to the connection.
+    pub(crate) async fn sent(&self) {
+        while !self.is_sent() {
+            self.done.notified().await;
+        }
+    }
+
+    /// When the endpoint will have kept the upload waiting for `idle` since the last chunk.
+    pub(crate) fn stall_deadline(&self, idle: Duration) -> Instant {
+        self.origin + Duration::from_millis(self.last_chunk.load(Ordering::Acquire)) + idle
+    }
+
+    /// Whether the endpoint, not the client, has kept the upload from moving for `idle`.
+    pub(crate) fn endpoint_stalled(&self, idle: Duration) -> bool {
+        !self.client_owes.load(Ordering::Acquire) && Instant::now() >= self.stall_deadline(idle)
+    }
+}
+
+/// Why a request body stream ended in an error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientBodyError {
+    #[error("request body larger than allowed")]
+    TooLarge,
+    #[error("the client paused the request body for longer than the idle timeout")]
+    Stalled,
+    #[error("reading the request body failed")]
+    Read(#[source] hyper::Error),
+}
+
+impl ClientBodyError {
+    /// What the client is told.
+    pub(crate) fn to_proxy_error(&self) -> ProxyError {
+        match self {
+            Self::TooLarge => ProxyError::BodyTooLarge,
+            Self::Stalled => ProxyError::ClientBodyTimeout,
+            Self::Read(_) => ProxyError::BadRequest("the request body could not be read"),
+        }
+    }
+
+    /// The body error behind a failed upstream exchange, if the request body caused it.
+    pub(crate) fn find(error: &hyper::Error) -> Option<&Self> {
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            if let Some(found) = cause.downcast_ref::<Self>() {
+                return Some(found);
+            }
+            source = cause.source();
+        }
+        None
+    }
+}
+
+/// A request body streamed from the client, within its size limit and idle timeout.
+pub(crate) struct ClientBody {
+    inner: Incoming,
+    max_size: Option<u64>,
+    received: u64,
+    idle: IdleTimer,
+}
+
+impl ClientBody {
+    fn new(inner: Incoming, limits: BodyLimits) -> Self {
+        Self {
+            inner,
+            max_size: limits.max_size,
+            received: 0,
+            idle: IdleTimer::new(limits.idle),
+        }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.idle.progressed();
+                if let Some(data) = frame.data_ref() {
+                    this.received += data.len() as u64;
+                    if this.max_size.is_some_and(|max| this.received > max) {
+                        return Poll::Ready(Some(Err(ClientBodyError::TooLarge)));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(ClientBodyError::Read(error)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending if this.idle.expired(cx) => {
+                Poll::Ready(Some(Err(ClientBodyError::Stalled)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
@@ -111,5 +301,148 @@ impl Body for TrackedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Why a response body stream from an endpoint ended in an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseBodyError {
+    #[error("the endpoint paused the response body for longer than the idle timeout")]
+    Stalled,
+    #[error("reading the response body failed")]
+    Read(#[source] hyper::Error),
+}
+
+/// An upstream response body that keeps its endpoint's request counted in flight until the
+/// body ends or the client goes away, and fails when the endpoint stalls between chunks.
+pub struct TrackedBody {
+    inner: Incoming,
+    idle: IdleTimer,
+    _in_flight: InFlight,
+}
+
+impl TrackedBody {
+    pub(crate) fn new(inner: Incoming, in_flight: InFlight, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle: IdleTimer::new(idle),
+            _in_flight: in_flight,
+        }
+    }
+}
+
+impl Body for TrackedBody {
+    type Data = Bytes;
+    type Error = ResponseBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.idle.progressed();
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(ResponseBodyError::Read(error)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending if this.idle.expired(cx) => {
+                Poll::Ready(Some(Err(ResponseBodyError::Stalled)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The clock between two chunks of a body. It starts when the body has to wait and stops
+/// when a chunk arrives; the timer is allocated once, the first time the body waits.
+struct IdleTimer {
+    timeout: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+    running: bool,
+}
+
+impl IdleTimer {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            sleep: None,
+            running: false,
+        }
+    }
+
+    /// The body is waiting: starts the clock if it is not running, and says whether it ran out.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let deadline = Instant::now() + self.timeout;
+        let sleep = match (&mut self.sleep, self.running) {
+            (Some(sleep), true) => sleep,
+            (Some(sleep), false) => {
+                sleep.as_mut().reset(deadline);
+                sleep
+            }
+            (slot @ None, _) => slot.insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        self.running = true;
+        sleep.as_mut().poll(cx).is_ready()
+    }
+
+    fn progressed(&mut self) {
+        self.running = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::poll_fn;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_clock_runs_only_while_the_body_waits() {
+        let mut timer = IdleTimer::new(Duration::from_secs(60));
+        let waker = futures_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(!timer.expired(&mut cx));
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(!timer.expired(&mut cx));
+        timer.progressed();
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(!timer.expired(&mut cx), "a chunk restarted the clock");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(poll_fn(|cx| Poll::Ready(timer.expired(cx))).await);
+    }
+
+    fn futures_waker() -> std::task::Waker {
+        std::task::Waker::noop().clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upload_is_stalled_by_the_endpoint_only_when_the_client_owes_nothing() {
+        let progress = UploadProgress::new(false);
+        let idle = Duration::from_secs(60);
+        progress.waiting_for_client();
+        tokio::time::advance(idle).await;
+        assert!(
+            !progress.endpoint_stalled(idle),
+            "the client is the slow one"
+        );
+        progress.advanced();
+        assert!(!progress.endpoint_stalled(idle));
+        tokio::time::advance(idle).await;
+        assert!(
+            progress.endpoint_stalled(idle),
+            "the endpoint took nothing for a minute"
+        );
+        progress.finished();
+        progress.sent().await;
+        assert!(progress.is_sent());
     }
 }

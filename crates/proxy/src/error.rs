@@ -1,6 +1,7 @@
 //! Why the proxy answered a request itself, and the status and short text body it answers with.
 
 use http::StatusCode;
+use sluice_routing::PathError;
 
 /// A request the proxy could not forward.
 #[derive(Debug, thiserror::Error)]
@@ -17,10 +18,18 @@ pub enum ProxyError {
     ConnectTimeout,
     #[error("upstream response timed out")]
     ResponseTimeout,
+    #[error("the upstream stopped reading the request body")]
+    UploadStalled,
     #[error("bad request: {0}")]
     BadRequest(&'static str),
-    #[error("reading the request body failed")]
-    RequestBody(#[source] hyper::Error),
+    #[error("bad request path: {0}")]
+    BadPath(#[source] PathError),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("request body larger than allowed")]
+    BodyTooLarge,
+    #[error("the client stopped sending the request body")]
+    ClientBodyTimeout,
 }
 
 impl ProxyError {
@@ -29,8 +38,13 @@ impl ProxyError {
             Self::NoRoute => StatusCode::NOT_FOUND,
             Self::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
             Self::ConnectFailed(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
-            Self::ConnectTimeout | Self::ResponseTimeout => StatusCode::GATEWAY_TIMEOUT,
-            Self::BadRequest(_) | Self::RequestBody(_) => StatusCode::BAD_REQUEST,
+            Self::ConnectTimeout | Self::ResponseTimeout | Self::UploadStalled => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            Self::BadRequest(_) | Self::BadPath(_) => StatusCode::BAD_REQUEST,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -43,7 +57,24 @@ impl ProxyError {
             Self::UpstreamFailed(_) => "502 upstream connection failed\n",
             Self::ConnectTimeout => "504 upstream connect timed out\n",
             Self::ResponseTimeout => "504 upstream response timed out\n",
-            Self::BadRequest(_) | Self::RequestBody(_) => "400 bad request\n",
+            Self::UploadStalled => "504 upstream stopped reading the request body\n",
+            Self::BadRequest(_) | Self::BadPath(_) => "400 bad request\n",
+            Self::MethodNotAllowed => "405 method not allowed\n",
+            Self::BodyTooLarge => "413 request body too large\n",
+            Self::ClientBodyTimeout => "408 request body timed out\n",
         }
+    }
+
+    /// Whether the client broke the request itself, so the rest of its connection cannot be
+    /// trusted to be framed right: the answer closes the connection.
+    pub fn closes_connection(&self) -> bool {
+        matches!(
+            self,
+            Self::BadRequest(_)
+                | Self::BadPath(_)
+                | Self::MethodNotAllowed
+                | Self::BodyTooLarge
+                | Self::ClientBodyTimeout
+        )
     }
 }

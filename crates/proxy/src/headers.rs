@@ -1,17 +1,12 @@
-//! Header rewriting at the proxy boundary: hop-by-hop stripping and the X-Forwarded-* set.
-
-use std::net::IpAddr;
+//! Hop-by-hop headers at the proxy boundary: what `Connection` may remove, and what a proxy must keep or rebuild for the next hop.
 
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION,
-    TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
+    HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, COOKIE, HOST,
+    PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Headers that describe one hop, never the message (RFC 9110 §7.6.1, plus the common legacy ones).
 const HOP_BY_HOP: [HeaderName; 9] = [
@@ -26,8 +21,23 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     UPGRADE,
 ];
 
-/// Removes hop-by-hop headers and every header the `Connection` header names.
+/// Headers that naming them in `Connection` must not remove: the message's host and framing.
+/// (The headers sluice sets itself are set after stripping, so nothing can remove them.)
+const NEVER_NOMINATED: [HeaderName; 3] = [HOST, CONTENT_LENGTH, TRANSFER_ENCODING];
+
+/// Removes hop-by-hop headers and the headers `Connection` names, except Host and the
+/// framing headers. A request's `TE: trailers` (which gRPC needs) is kept; any other TE value
+/// belongs to this hop only.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let wants_trailers = headers
+        .get_all(TE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|coding| {
+            let name = coding.split(';').next().unwrap_or_default();
+            name.trim().eq_ignore_ascii_case("trailers")
+        });
     if headers.contains_key(CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(CONNECTION)
@@ -35,6 +45,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
             .filter_map(|value| value.to_str().ok())
             .flat_map(|value| value.split(','))
             .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+            .filter(|name| !NEVER_NOMINATED.contains(name))
             .collect();
         for name in named {
             headers.remove(name);
@@ -43,46 +54,25 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
+    if wants_trailers {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
 }
 
-/// Appends the client to X-Forwarded-For and sets X-Forwarded-Proto and X-Forwarded-Host.
-pub(crate) fn set_forwarded(headers: &mut HeaderMap, client: IpAddr, host: Option<HeaderValue>) {
-    let forwarded_for = match joined(headers, &X_FORWARDED_FOR) {
-        Some(previous) => format!("{previous}, {client}"),
-        None => client.to_string(),
+/// Joins an HTTP/2 request's separate `cookie` fields into one, as RFC 9113 §8.2.3 requires
+/// before the request goes to an HTTP/1.1 server.
+pub(crate) fn join_cookies(headers: &mut HeaderMap) {
+    let mut values = headers.get_all(COOKIE).iter();
+    let (Some(first), Some(_)) = (values.next(), values.next()) else {
+        return;
     };
-    if let Ok(value) = HeaderValue::try_from(forwarded_for) {
-        headers.insert(X_FORWARDED_FOR, value);
+    let mut joined = first.as_bytes().to_vec();
+    for value in headers.get_all(COOKIE).iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(value.as_bytes());
     }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    match host {
-        Some(host) => {
-            headers.insert(X_FORWARDED_HOST, host);
-        }
-        None => {
-            headers.remove(X_FORWARDED_HOST);
-        }
-    }
-}
-
-/// All values of a header joined with ", ", as a list header's fields combine.
-fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
-    let mut values = headers.get_all(name).iter().filter_map(|v| v.to_str().ok());
-    let first = values.next()?;
-    Some(values.fold(first.to_owned(), |mut all, next| {
-        all.push_str(", ");
-        all.push_str(next);
-        all
-    }))
-}
-
-/// Ensures the upstream sees a Host header: HTTP/2 and absolute-form requests carry the host
-/// in the URI authority instead.
-pub(crate) fn ensure_host(headers: &mut HeaderMap, authority: Option<&http::uri::Authority>) {
-    if let Some(authority) = authority {
-        if let Ok(value) = HeaderValue::from_str(authority.as_str()) {
-            headers.insert(HOST, value);
-        }
+    if let Ok(value) = HeaderValue::from_bytes(&joined) {
+        headers.insert(COOKIE, value);
     }
 }
 
@@ -108,7 +98,7 @@ mod tests {
             ("connection", "close, X-Secret"),
             ("x-secret", "1"),
             ("keep-alive", "timeout=5"),
-            ("te", "trailers"),
+            ("te", "gzip"),
             ("upgrade", "websocket"),
             ("x-kept", "yes"),
         ]);
@@ -118,26 +108,39 @@ mod tests {
     }
 
     #[test]
-    fn appends_to_every_x_forwarded_for_value() {
+    fn connection_cannot_remove_host_or_framing() {
         let mut h = headers(&[
-            ("x-forwarded-for", "1.1.1.1"),
-            ("x-forwarded-for", "2.2.2.2"),
+            (
+                "connection",
+                "host, content-length, transfer-encoding, x-other",
+            ),
+            ("host", "shop.test"),
+            ("content-length", "5"),
+            ("x-other", "1"),
         ]);
-        set_forwarded(
-            &mut h,
-            "127.0.0.9".parse().unwrap(),
-            Some(HeaderValue::from_static("shop.test")),
-        );
-        assert_eq!(h["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 127.0.0.9");
-        assert_eq!(h["x-forwarded-proto"], "http");
-        assert_eq!(h["x-forwarded-host"], "shop.test");
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["host"], "shop.test");
+        assert_eq!(h["content-length"], "5");
+        assert!(!h.contains_key("x-other"));
     }
 
     #[test]
-    fn sets_x_forwarded_for_when_absent() {
-        let mut h = HeaderMap::new();
-        set_forwarded(&mut h, "::1".parse().unwrap(), None);
-        assert_eq!(h["x-forwarded-for"], "::1");
-        assert!(!h.contains_key("x-forwarded-host"));
+    fn te_trailers_is_kept_even_when_connection_names_te() {
+        let mut h = headers(&[("connection", "te"), ("te", "trailers, deflate;q=0.5")]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.get_all("te").iter().collect::<Vec<_>>(), ["trailers"]);
+    }
+
+    #[test]
+    fn http2_cookie_fields_join_with_a_semicolon() {
+        let mut h = headers(&[("cookie", "a=1"), ("cookie", "b=2"), ("cookie", "c=3")]);
+        join_cookies(&mut h);
+        assert_eq!(
+            h.get_all("cookie").iter().collect::<Vec<_>>(),
+            ["a=1; b=2; c=3"]
+        );
+        let mut single = headers(&[("cookie", "a=1; b=2")]);
+        join_cookies(&mut single);
+        assert_eq!(single["cookie"], "a=1; b=2");
     }
 }

@@ -1,7 +1,7 @@
 //! What the proxy has learnt about one endpoint from its own traffic: load, latency and passive health.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Consecutive failed connects that eject an endpoint.
@@ -38,11 +38,12 @@ struct Health {
 }
 
 /// Whether a request may go to an endpoint now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Admission {
     Open,
-    /// The ejection has run out and this request is the trial.
-    Trial,
+    /// The ejection has run out and this request is the trial that decides whether the
+    /// endpoint returns.
+    Trial(TrialGuard),
     Ejected,
 }
 
@@ -52,7 +53,7 @@ impl EndpointStats {
     }
 
     /// Counts a request as in flight until the returned guard drops.
-    pub(crate) fn begin(self: &std::sync::Arc<Self>) -> InFlight {
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight(self.clone())
     }
@@ -83,9 +84,9 @@ impl EndpointStats {
         latency.updated = Some(now);
     }
 
-    /// Whether this endpoint may take a request now; claims the trial when an ejection has
-    /// just run out.
-    pub(crate) fn admit(&self, now: Instant) -> Admission {
+    /// Whether this endpoint may take a request now. When an ejection has run out, the first
+    /// request to ask claims the trial; until the trial's guard resolves, others are kept away.
+    pub(crate) fn admit(self: &Arc<Self>, now: Instant) -> Admission {
         let Ok(mut health) = self.health.lock() else {
             return Admission::Open;
         };
@@ -95,21 +96,23 @@ impl EndpointStats {
             Some(_) if health.trial_in_flight => Admission::Ejected,
             Some(_) => {
                 health.trial_in_flight = true;
-                Admission::Trial
+                Admission::Trial(TrialGuard {
+                    stats: Some(self.clone()),
+                })
             }
         }
     }
 
-    pub(crate) fn is_ejected(&self, now: Instant) -> bool {
-        self.health
-            .lock()
-            .is_ok_and(|h| h.ejected_until.is_some_and(|until| now < until))
+    /// Whether the endpoint is out of rotation: ejected, or past its ejection but not yet
+    /// proven by a trial. This is what the "at most half ejected" cap counts.
+    pub(crate) fn is_ejected(&self) -> bool {
+        self.health.lock().is_ok_and(|h| h.ejected_until.is_some())
     }
 
-    /// A connection was set up, so the endpoint is healthy again.
-    pub(crate) fn record_success(&self) {
+    /// A connection was set up: failed connects count from zero again.
+    pub(crate) fn record_connect_success(&self) {
         if let Ok(mut health) = self.health.lock() {
-            *health = Health::default();
+            health.consecutive_failures = 0;
         }
     }
 
@@ -120,25 +123,76 @@ impl EndpointStats {
             return false;
         };
         health.consecutive_failures += 1;
-        let was_trial = std::mem::take(&mut health.trial_in_flight);
-        let due = was_trial || health.consecutive_failures >= EJECT_AFTER_FAILURES;
-        if !due || !may_eject {
-            if was_trial {
-                // The trial failed but the backend cannot spare the endpoint: leave it open.
-                health.ejected_until = None;
-            }
+        let due = health.consecutive_failures >= EJECT_AFTER_FAILURES;
+        if !due || !may_eject || health.ejected_until.is_some() {
             return false;
         }
-        let factor = 1u32 << health.ejections.min(16);
-        health.ejected_until = Some(now + (BASE_EJECTION * factor).min(MAX_EJECTION));
-        health.ejections += 1;
+        health.eject(now);
         true
+    }
+}
+
+impl Health {
+    /// Takes the endpoint out of rotation, each time for twice as long, up to the maximum.
+    fn eject(&mut self, now: Instant) {
+        let factor = 1u32 << self.ejections.min(16);
+        self.ejected_until = Some(now + (BASE_EJECTION * factor).min(MAX_EJECTION));
+        self.ejections += 1;
+        self.trial_in_flight = false;
+    }
+}
+
+/// The claim on an ejected endpoint's trial. It always resolves: [`TrialGuard::alive`] returns
+/// the endpoint, [`TrialGuard::failed`] ejects it again, and dropping it unresolved (the retry
+/// budget refused the attempt, the client went away) releases the claim for the next request.
+#[derive(Debug)]
+pub(crate) struct TrialGuard {
+    stats: Option<Arc<EndpointStats>>,
+}
+
+impl TrialGuard {
+    /// The endpoint answered (any HTTP response): it is back in rotation.
+    pub(crate) fn alive(mut self) {
+        if let Some(stats) = self.stats.take() {
+            if let Ok(mut health) = stats.health.lock() {
+                *health = Health::default();
+            }
+        }
+    }
+
+    /// The trial failed. The endpoint is ejected again, for longer, when its backend can
+    /// spare it (`may_eject`); otherwise it goes back into rotation.
+    /// Returns `true` when it was ejected again.
+    pub(crate) fn failed(mut self, now: Instant, may_eject: bool) -> bool {
+        let Some(stats) = self.stats.take() else {
+            return false;
+        };
+        let Ok(mut health) = stats.health.lock() else {
+            return false;
+        };
+        if may_eject {
+            health.eject(now);
+        } else {
+            health.ejected_until = None;
+            health.trial_in_flight = false;
+        }
+        may_eject
+    }
+}
+
+impl Drop for TrialGuard {
+    fn drop(&mut self) {
+        if let Some(stats) = self.stats.take() {
+            if let Ok(mut health) = stats.health.lock() {
+                health.trial_in_flight = false;
+            }
+        }
     }
 }
 
 /// Marks a request in flight to an endpoint until dropped.
 #[derive(Debug)]
-pub(crate) struct InFlight(std::sync::Arc<EndpointStats>);
+pub(crate) struct InFlight(Arc<EndpointStats>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -150,44 +204,59 @@ impl Drop for InFlight {
 mod tests {
     use super::*;
 
+    /// Ejects a fresh endpoint at `at`.
+    fn ejected_at(at: Instant) -> Arc<EndpointStats> {
+        let stats = Arc::new(EndpointStats::default());
+        for _ in 1..EJECT_AFTER_FAILURES {
+            assert!(!stats.record_connect_failure(at, true));
+        }
+        assert!(stats.record_connect_failure(at, true));
+        stats
+    }
+
+    fn is_trial(admission: &Admission) -> bool {
+        matches!(admission, Admission::Trial(_))
+    }
+
     #[test]
     fn three_failed_connects_eject_and_the_ejection_grows() {
-        let stats = EndpointStats::default();
         let start = Instant::now();
-        assert!(!stats.record_connect_failure(start, true));
-        assert!(!stats.record_connect_failure(start, true));
-        assert!(stats.record_connect_failure(start, true));
-        assert_eq!(stats.admit(start), Admission::Ejected);
+        let stats = ejected_at(start);
+        assert!(matches!(stats.admit(start), Admission::Ejected));
         let after_first = start + BASE_EJECTION;
-        assert_eq!(stats.admit(after_first), Admission::Trial);
-        assert_eq!(
-            stats.admit(after_first),
-            Admission::Ejected,
+        let Admission::Trial(trial) = stats.admit(after_first) else {
+            panic!("the ejection ran out: a trial is due");
+        };
+        assert!(
+            matches!(stats.admit(after_first), Admission::Ejected),
             "only one trial at a time"
         );
         assert!(
-            stats.record_connect_failure(after_first, true),
+            trial.failed(after_first, true),
             "a failed trial ejects again"
         );
-        assert_eq!(stats.admit(after_first + BASE_EJECTION), Admission::Ejected);
-        assert_eq!(
-            stats.admit(after_first + BASE_EJECTION * 2),
-            Admission::Trial,
+        assert!(matches!(
+            stats.admit(after_first + BASE_EJECTION),
+            Admission::Ejected
+        ));
+        assert!(
+            is_trial(&stats.admit(after_first + BASE_EJECTION * 2)),
             "the second ejection lasts twice as long"
         );
     }
 
     #[test]
-    fn a_successful_trial_returns_the_endpoint() {
-        let stats = EndpointStats::default();
+    fn a_trial_that_answers_returns_the_endpoint() {
         let start = Instant::now();
-        for _ in 0..EJECT_AFTER_FAILURES {
-            stats.record_connect_failure(start, true);
-        }
+        let stats = ejected_at(start);
         let later = start + BASE_EJECTION;
-        assert_eq!(stats.admit(later), Admission::Trial);
-        stats.record_success();
-        assert_eq!(stats.admit(later), Admission::Open);
+        let Admission::Trial(trial) = stats.admit(later) else {
+            panic!("a trial is due");
+        };
+        assert!(stats.is_ejected(), "not back until the trial says so");
+        trial.alive();
+        assert!(matches!(stats.admit(later), Admission::Open));
+        assert!(!stats.is_ejected());
         assert!(
             !stats.record_connect_failure(later, true),
             "failures count from zero again"
@@ -195,13 +264,41 @@ mod tests {
     }
 
     #[test]
+    fn a_trial_dropped_unresolved_releases_its_claim() {
+        let start = Instant::now();
+        let stats = ejected_at(start);
+        let later = start + BASE_EJECTION;
+        drop(stats.admit(later));
+        assert!(
+            is_trial(&stats.admit(later)),
+            "the next request may take the trial"
+        );
+        assert!(
+            stats.is_ejected(),
+            "and the endpoint still counts as ejected"
+        );
+    }
+
+    #[test]
+    fn a_failed_trial_the_backend_cannot_spare_goes_back_into_rotation() {
+        let start = Instant::now();
+        let stats = ejected_at(start);
+        let later = start + BASE_EJECTION;
+        let Admission::Trial(trial) = stats.admit(later) else {
+            panic!("a trial is due");
+        };
+        assert!(!trial.failed(later, false));
+        assert!(matches!(stats.admit(later), Admission::Open));
+    }
+
+    #[test]
     fn an_endpoint_the_backend_cannot_spare_is_not_ejected() {
-        let stats = EndpointStats::default();
+        let stats = Arc::new(EndpointStats::default());
         let now = Instant::now();
         for _ in 0..5 {
             assert!(!stats.record_connect_failure(now, false));
         }
-        assert_eq!(stats.admit(now), Admission::Open);
+        assert!(matches!(stats.admit(now), Admission::Open));
     }
 
     #[test]
@@ -219,7 +316,7 @@ mod tests {
 
     #[test]
     fn in_flight_counts_until_the_guard_drops() {
-        let stats = std::sync::Arc::new(EndpointStats::default());
+        let stats = Arc::new(EndpointStats::default());
         let first = stats.begin();
         let second = stats.begin();
         assert_eq!(stats.in_flight(), 2);

@@ -10,21 +10,31 @@ mod balance;
 mod body;
 mod budget;
 mod error;
+mod forwarded;
 mod headers;
 mod health;
+mod inbound;
+mod options;
 mod pipeline;
 mod pool;
 mod runtime;
 mod server;
 mod sticky;
 mod table_handle;
-mod upstream;
 
-pub use body::{TrackedBody, DEFAULT_REPLAY_LIMIT};
+pub use body::{ResponseBodyError, TrackedBody, DEFAULT_REPLAY_LIMIT};
 pub use error::ProxyError;
+pub use forwarded::TrustedProxies;
+pub use options::{
+    ProxyOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_HEADER_TIMEOUT,
+    DEFAULT_UPSTREAM_IDLE_TIMEOUT,
+};
 pub use pipeline::{Proxy, ProxyBody};
 pub use runtime::{ProxyCounters, Runtime};
-pub use server::{serve, Phase, ShutdownSignal, ShutdownTrigger};
+pub use server::{
+    serve, ClientInfo, ListenerOptions, Phase, ServedBody, ShutdownSignal, ShutdownTrigger,
+    DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_CLIENT_HEADER_TIMEOUT, DEFAULT_CLIENT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES,
+};
 pub use sticky::SessionKey;
 pub use table_handle::TableHandle;
-pub use upstream::{UpstreamOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_HEADER_TIMEOUT};

@@ -1,28 +1,45 @@
-//! Settings of the upstream side: connect and response-header timeouts, and the session-cookie secret.
+//! The proxy's settings: upstream timeouts and keep-alive, the client body limit, whom to trust about forwarding, and the session-cookie secret.
 
 use std::time::Duration;
 
+use crate::forwarded::TrustedProxies;
+
 /// How long to wait for a TCP connection to an endpoint.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long to wait for an endpoint's response headers once the request is sent
+/// How long to wait for an endpoint's response headers once the request body is sent
 /// (nginx's `proxy_read_timeout` default); a route's per-try timeout overrides it.
 pub const DEFAULT_RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an idle keep-alive connection to an endpoint is kept (`--upstream-idle-timeout`).
+pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Tunables of the upstream side.
+/// Tunables of the proxy.
 #[derive(Clone, Debug)]
-pub struct UpstreamOptions {
+pub struct ProxyOptions {
     pub connect_timeout: Duration,
     pub response_header_timeout: Duration,
+    /// The longest pause between two body chunks, in either direction.
+    pub body_idle_timeout: Duration,
+    /// How long an idle upstream connection is kept; less when the endpoint announces a
+    /// shorter `Keep-Alive: timeout`.
+    pub upstream_idle_timeout: Duration,
+    /// The largest request body (`None`: unlimited); a route's `proxy-body-size` overrides it.
+    pub max_body_size: Option<u64>,
+    /// Peers whose forwarding headers are believed.
+    pub trusted_proxies: TrustedProxies,
     /// Keys the sticky-session cookie's hash; every replica must share it. `None` uses a
     /// built-in key, so replicas agree but values can be computed by anyone.
     pub session_secret: Option<Vec<u8>>,
 }
 
-impl Default for UpstreamOptions {
+impl Default for ProxyOptions {
     fn default() -> Self {
         Self {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_header_timeout: DEFAULT_RESPONSE_HEADER_TIMEOUT,
+            body_idle_timeout: crate::server::DEFAULT_BODY_IDLE_TIMEOUT,
+            upstream_idle_timeout: DEFAULT_UPSTREAM_IDLE_TIMEOUT,
+            max_body_size: None,
+            trusted_proxies: TrustedProxies::default(),
             session_secret: None,
         }
     }

@@ -1,40 +1,52 @@
-//! The request pipeline, one phase per step: route, balance, forward upstream (retrying safely), respond.
+//! The request pipeline, one phase per step: read the request, route it, prepare the next hop's head and body, forward it (retrying safely), respond.
 
-use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST, SET_COOKIE};
+use http::header::{CONNECTION, CONTENT_TYPE, HOST, SET_COOKIE};
 use http::request::Parts;
-use http::uri::Authority;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use sluice_routing::{normalize_request_host, Endpoint, RoutingTable, Target};
+use sluice_routing::{Endpoint, RoutePolicy, Target};
 
-use crate::attempt::{may_resend, Answer, AttemptSettings, Exchange};
-use crate::body::{RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
+use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
+use crate::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
-use crate::headers::{ensure_host, set_forwarded, strip_hop_by_hop};
+use crate::forwarded::{Forwarding, X_REQUEST_ID};
+use crate::headers::{join_cookies, strip_hop_by_hop};
+use crate::inbound::Inbound;
+use crate::options::ProxyOptions;
+use crate::runtime::Runtime;
+use crate::server::ClientInfo;
 use crate::sticky::{request_cookie, set_cookie, SessionKey};
 use crate::table_handle::TableHandle;
-use crate::upstream::UpstreamOptions;
 
 /// A response body: the upstream's, streamed through, or the proxy's own short text.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
 
-/// The proxy: the published table and runtime state, plus upstream settings. One per process,
+/// The proxy: the published table and runtime state, plus its settings. One per process,
 /// shared by all connections.
 pub struct Proxy {
     table: TableHandle,
     session_key: SessionKey,
-    connect_timeout: Duration,
-    response_header_timeout: Duration,
+    options: ProxyOptions,
     replay_limit: usize,
 }
 
 impl Proxy {
-    pub fn new(table: TableHandle, options: &UpstreamOptions) -> Self {
+    /// A proxy over `table`. Inside a Tokio runtime it also starts the task that closes idle
+    /// upstream connections as they expire.
+    pub fn new(table: TableHandle, options: &ProxyOptions) -> Self {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let every = (options.upstream_idle_timeout / 4)
+                .clamp(Duration::from_millis(100), Duration::from_secs(5));
+            handle.spawn(reap_idle_connections(
+                Arc::downgrade(table.runtime()),
+                every,
+            ));
+        }
         Self {
             table,
             session_key: options
@@ -42,43 +54,57 @@ impl Proxy {
                 .as_deref()
                 .map(SessionKey::new)
                 .unwrap_or_default(),
-            connect_timeout: options.connect_timeout,
-            response_header_timeout: options.response_header_timeout,
+            options: options.clone(),
             replay_limit: DEFAULT_REPLAY_LIMIT,
         }
     }
 
     /// Handles one request from `client`. Never fails: every error becomes a short response.
+    /// Either way the response carries the request's `X-Request-ID`.
     pub async fn handle(
         &self,
         request: Request<Incoming>,
-        client: SocketAddr,
+        client: ClientInfo,
     ) -> Response<ProxyBody> {
-        match self.forward(request, client).await {
+        let forwarding =
+            Forwarding::decide(request.headers(), &client, &self.options.trusted_proxies);
+        let request_id = forwarding.request_id(request.headers());
+        let mut response = match self
+            .forward(request, &client, &forwarding, &request_id)
+            .await
+        {
             Ok(response) => response,
             Err(error) => {
-                tracing::debug!(%client, %error, source = ?std::error::Error::source(&error), "answered by proxy");
+                tracing::debug!(client = %client.client, %error, source = ?std::error::Error::source(&error), "answered by proxy");
                 error_response(&error)
             }
-        }
+        };
+        response.headers_mut().insert(X_REQUEST_ID, request_id);
+        response
     }
 
     async fn forward(
         &self,
         request: Request<Incoming>,
-        client: SocketAddr,
+        client: &ClientInfo,
+        forwarding: &Forwarding,
+        request_id: &HeaderValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let table = self.table.load();
-        let target = route(&table, &request)?;
         let (mut parts, body) = request.into_parts();
-        prepare_upstream_headers(&mut parts, client);
-        let may_replay = may_resend(&parts, target.policy);
-        let body = RequestBody::prepare(&parts, body, may_replay, self.replay_limit).await?;
+        let inbound = Inbound::read(&parts)?;
+        let target = table
+            .lookup(&inbound.route_host(), inbound.path())
+            .ok_or(ProxyError::NoRoute)?;
+        prepare_upstream_head(&mut parts, inbound, client, forwarding, request_id);
+        let body = self.prepare_body(&parts, body, target.policy).await?;
         let session = self.session(&target, &parts);
         let settings = AttemptSettings {
             runtime: self.table.runtime(),
-            connect_timeout: self.connect_timeout,
-            response_header_timeout: self.response_header_timeout,
+            connect_timeout: self.options.connect_timeout,
+            response_header_timeout: self.options.response_header_timeout,
+            body_idle_timeout: self.options.body_idle_timeout,
+            upstream_idle_timeout: self.options.upstream_idle_timeout,
         };
         let answer = Exchange::new(
             settings,
@@ -86,12 +112,33 @@ impl Proxy {
             target.policy,
             parts,
             body,
-            client.ip(),
+            forwarding.real_client,
             session.clone(),
         )
         .run()
         .await?;
         Ok(self.respond(answer, &target, session.as_ref()))
+    }
+
+    /// Refuses a body over the route's limit, and buffers it for replay when it is small and
+    /// could be sent again (by a retry, or on a new connection when a pooled one was stale).
+    async fn prepare_body(
+        &self,
+        parts: &Parts,
+        body: Incoming,
+        policy: &RoutePolicy,
+    ) -> Result<RequestBody, ProxyError> {
+        let max_size = match policy.max_body_size {
+            Some(0) => None,
+            Some(limit) => Some(limit),
+            None => self.options.max_body_size,
+        };
+        let limits = BodyLimits {
+            max_size,
+            idle: self.options.body_idle_timeout,
+        };
+        let may_replay = may_resend(parts, policy) || resendable(parts);
+        RequestBody::prepare(parts, body, limits, may_replay, self.replay_limit).await
     }
 
     /// The endpoint a sticky-session cookie pins, if the route is sticky and the cookie names
@@ -103,8 +150,8 @@ impl Proxy {
         self.session_key.pinned(&set, value).cloned()
     }
 
-    /// Step 5: drop the upstream hop's headers, pin a new session, and count the endpoint's
-    /// load until the body ends.
+    /// Drops the upstream hop's headers, pins a new session, and counts the endpoint's load
+    /// until the body ends.
     fn respond(
         &self,
         answer: Answer,
@@ -124,37 +171,38 @@ impl Proxy {
                 response.headers_mut().append(SET_COOKIE, header);
             }
         }
-        response.map(|body| Either::Left(TrackedBody::new(body, in_flight)))
+        let idle = self.options.body_idle_timeout;
+        response.map(|body| Either::Left(TrackedBody::new(body, in_flight, idle)))
     }
 }
 
-/// Step 1: the route for host and path.
-fn route<'t>(
-    table: &'t RoutingTable,
-    request: &Request<Incoming>,
-) -> Result<Target<'t>, ProxyError> {
-    let host = request_host(request).ok_or(ProxyError::BadRequest("missing Host"))?;
-    table
-        .lookup(&normalize_request_host(host), request.uri().path())
-        .ok_or(ProxyError::NoRoute)
-}
-
-/// The host a request is for: the URI authority (HTTP/2, absolute-form) or the Host header.
-fn request_host(request: &Request<Incoming>) -> Option<&str> {
-    match request.uri().authority() {
-        Some(authority) => Some(authority.host()),
-        None => request.headers().get(HOST)?.to_str().ok(),
-    }
-}
-
-/// Rewrites the headers that belong to this hop, once for all attempts; the path and query
-/// stay byte for byte.
-fn prepare_upstream_headers(parts: &mut Parts, client: SocketAddr) {
-    let original_authority: Option<Authority> = parts.uri.authority().cloned();
-    ensure_host(&mut parts.headers, original_authority.as_ref());
-    let host: Option<HeaderValue> = parts.headers.get(HOST).cloned();
+/// The head the next hop gets, once for all attempts: this hop's headers removed, the
+/// client's Host, the forwarding headers, and the normalised target in origin form.
+fn prepare_upstream_head(
+    parts: &mut Parts,
+    inbound: Inbound,
+    client: &ClientInfo,
+    forwarding: &Forwarding,
+    request_id: &HeaderValue,
+) {
     strip_hop_by_hop(&mut parts.headers);
-    set_forwarded(&mut parts.headers, client.ip(), host);
+    if parts.version == Version::HTTP_2 {
+        join_cookies(&mut parts.headers);
+    }
+    parts.headers.insert(HOST, inbound.host.clone());
+    forwarding.apply(&mut parts.headers, client, &inbound.host, request_id);
+    parts.uri = Uri::from(inbound.target);
+}
+
+/// Closes idle upstream connections as they expire, until the runtime is gone.
+async fn reap_idle_connections(runtime: std::sync::Weak<Runtime>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        match runtime.upgrade() {
+            Some(runtime) => runtime.reap_idle_connections(),
+            None => return,
+        }
+    }
 }
 
 fn error_response(error: &ProxyError) -> Response<ProxyBody> {
@@ -162,9 +210,13 @@ fn error_response(error: &ProxyError) -> Response<ProxyBody> {
         error.body().as_bytes(),
     ))));
     *response.status_mut() = error.status();
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    if error.closes_connection() {
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    }
     response
 }

@@ -1,25 +1,21 @@
-//! One endpoint's keep-alive HTTP/1.1 connections: checked out per request, returned when the response ends, closed when the endpoint retires.
+//! One endpoint's keep-alive HTTP/1.1 connections: checked out per request, returned when the response ends, closed when idle too long or when the endpoint retires.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{Either, Full};
-use hyper::body::Incoming;
+use http::header::HeaderName;
+use http::HeaderMap;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::body::UpstreamBody;
 use crate::error::ProxyError;
 
-/// The body sent upstream: buffered (and so replayable) or streamed from the client.
-pub(crate) type UpstreamBody = Either<Full<Bytes>, Incoming>;
-
-/// How long an idle connection is kept.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per endpoint; more are closed when their response ends.
 const MAX_IDLE: usize = 256;
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// A connection ready to carry one request, tagged with the pool generation it belongs to.
 pub(crate) struct Connection {
@@ -33,7 +29,7 @@ pub(crate) struct Connection {
 struct Idle {
     sender: SendRequest<UpstreamBody>,
     generation: u64,
-    since: Instant,
+    expires: Instant,
 }
 
 /// The idle connections to one endpoint. Retiring the pool closes them and bumps the
@@ -45,13 +41,14 @@ pub(crate) struct ConnectionPool {
 }
 
 impl ConnectionPool {
-    /// The most recently used idle connection that is still open and current, if any.
+    /// The most recently used idle connection that is still open, current and not expired.
     pub(crate) fn checkout(&self) -> Option<Connection> {
         let generation = self.generation.load(Ordering::Acquire);
+        let now = Instant::now();
         let mut idle = self.idle.lock().ok()?;
         while let Some(candidate) = idle.pop() {
             let usable = candidate.generation == generation
-                && candidate.since.elapsed() < IDLE_TIMEOUT
+                && now < candidate.expires
                 && candidate.sender.is_ready();
             if usable {
                 return Some(Connection {
@@ -93,18 +90,22 @@ impl ConnectionPool {
         })
     }
 
-    /// Keeps the connection for the next request once its response has ended, unless the pool
-    /// retired since it was opened or is full.
-    pub(crate) fn check_in_when_ready(pool: std::sync::Arc<Self>, mut connection: Connection) {
+    /// Keeps the connection for up to `keep_for` once its response has ended, unless the
+    /// pool retired since it was opened or is full.
+    pub(crate) fn check_in_when_ready(
+        pool: Arc<Self>,
+        mut connection: Connection,
+        keep_for: Duration,
+    ) {
         tokio::spawn(async move {
             if connection.sender.ready().await.is_err() {
                 return;
             }
-            pool.keep(connection);
+            pool.keep(connection, Instant::now() + keep_for);
         });
     }
 
-    fn keep(&self, connection: Connection) {
+    fn keep(&self, connection: Connection, expires: Instant) {
         if connection.generation != self.generation.load(Ordering::Acquire) {
             return;
         }
@@ -113,10 +114,32 @@ impl ConnectionPool {
                 idle.push(Idle {
                     sender: connection.sender,
                     generation: connection.generation,
-                    since: Instant::now(),
+                    expires,
                 });
             }
         }
+    }
+
+    /// Closes the idle connections that expired by `now` or that the endpoint closed.
+    pub(crate) fn reap(&self, now: Instant) {
+        let expired: Vec<Idle> = match self.idle.lock() {
+            Ok(mut idle) => {
+                let (keep, expired) = std::mem::take(&mut *idle)
+                    .into_iter()
+                    .partition(|entry| now < entry.expires && !entry.sender.is_closed());
+                *idle = keep;
+                expired
+            }
+            Err(_) => return,
+        };
+        // Dropping the last sender of an idle HTTP/1.1 connection makes hyper close it.
+        drop(expired);
+    }
+
+    /// How many idle connections the pool holds.
+    #[cfg(test)]
+    pub(crate) fn idle_count(&self) -> usize {
+        self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
     }
 
     /// Closes every idle connection, and makes connections now busy close when their response
@@ -128,7 +151,62 @@ impl ConnectionPool {
             Ok(mut idle) => std::mem::take(&mut *idle),
             Err(_) => return,
         };
-        // Dropping the last sender of an idle HTTP/1.1 connection makes hyper close it.
         drop(closing);
+    }
+}
+
+/// How long to keep a connection idle after this response: `limit`, or less when the endpoint
+/// announced a shorter `Keep-Alive: timeout=N` (as Node does). The connection is given up a
+/// little before the endpoint's own deadline (a quarter of it, at most a second), so that a
+/// request is not sent just as the endpoint closes.
+pub(crate) fn keep_alive_for(headers: &HeaderMap, limit: Duration) -> Duration {
+    let announced = headers
+        .get(KEEP_ALIVE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            value.split(',').find_map(|parameter| {
+                let (name, seconds) = parameter.split_once('=')?;
+                let named = name.trim().eq_ignore_ascii_case("timeout");
+                named.then(|| seconds.trim().parse::<u64>().ok()).flatten()
+            })
+        })
+        .map(Duration::from_secs);
+    match announced {
+        Some(timeout) => {
+            let margin = (timeout / 4).min(Duration::from_secs(1));
+            limit.min(timeout - margin)
+        }
+        None => limit,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn announced(value: &str) -> Duration {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            KEEP_ALIVE,
+            HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{e}")),
+        );
+        keep_alive_for(&headers, Duration::from_secs(60))
+    }
+
+    #[test]
+    fn an_announced_keep_alive_timeout_is_respected_with_a_margin() {
+        assert_eq!(
+            keep_alive_for(&HeaderMap::new(), Duration::from_secs(60)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(announced("timeout=5"), Duration::from_secs(4));
+        assert_eq!(announced("max=100, timeout=1"), Duration::from_millis(750));
+        assert_eq!(
+            announced("timeout=600"),
+            Duration::from_secs(60),
+            "the limit wins"
+        );
+        assert_eq!(announced("timeout=abc"), Duration::from_secs(60));
     }
 }

@@ -28,6 +28,9 @@ pub struct ProxyCounters {
     pub ejections: Counter,
     /// Requests sent to the ClusterIP fallback.
     pub fallbacks: Counter,
+    /// Requests sent again on a new connection to the same endpoint because a pooled
+    /// keep-alive connection failed before any byte of the response (the endpoint closed it).
+    pub stale_connection_resends: Counter,
 }
 
 /// Runtime state keyed by endpoint address and backend id. Entries appear on first use and
@@ -92,6 +95,18 @@ impl Runtime {
             map.retain(|endpoint, runtime| {
                 listed.contains(endpoint) || runtime.stats.in_flight() > 0
             });
+        }
+    }
+
+    /// Closes idle upstream connections that expired or that their endpoint closed.
+    pub(crate) fn reap_idle_connections(&self) {
+        let now = std::time::Instant::now();
+        let pools: Vec<Arc<ConnectionPool>> = match self.endpoints.read() {
+            Ok(map) => map.values().map(|runtime| runtime.pool.clone()).collect(),
+            Err(_) => return,
+        };
+        for pool in pools {
+            pool.reap(now);
         }
     }
 

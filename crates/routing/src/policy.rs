@@ -20,6 +20,9 @@ pub struct RoutePolicy {
     /// The Service's ClusterIP, used when the backend has no endpoints or every endpoint
     /// attempt failed (`sluice.dev/service-upstream: fallback`).
     pub fallback: Option<Endpoint>,
+    /// The largest request body in bytes (`proxy-body-size`); `Some(0)` lifts the limit, as
+    /// nginx's `client_max_body_size 0` does, and `None` leaves the proxy-wide limit.
+    pub max_body_size: Option<u64>,
 }
 
 /// How the next endpoint is chosen. Every balancer yields an ordered list of candidates, so a

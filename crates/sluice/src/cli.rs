@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+use sluice_config::annotations::parse_size;
 use sluice_config::{CompileOptions, ObjectKey};
-use sluice_proxy::UpstreamOptions;
+use sluice_proxy::{ListenerOptions, ProxyOptions, TrustedProxies};
 
 use sluice_sources::kubernetes::PublishTarget;
 
@@ -56,15 +57,52 @@ impl ClassArgs {
     }
 }
 
-/// Listener addresses and proxy tunables shared by `serve` and `demo`.
+/// Proxy tunables and client limits shared by `serve` and `demo`.
 #[derive(Debug, Clone, Args)]
 pub struct ProxyArgs {
     /// Timeout for connecting to an endpoint (e.g. 5s, 500ms); expiry answers 504.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub connect_timeout: Duration,
-    /// Timeout for an endpoint's response headers once the request is sent; expiry answers 504.
+    /// Timeout for an endpoint's response headers, counted from the moment the request body has
+    /// been sent; expiry answers 504.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub response_header_timeout: Duration,
+    /// The longest pause between two body chunks, client to sluice or endpoint to sluice, and
+    /// the longest a client may leave a response unread.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub body_idle_timeout: Duration,
+    /// The request head must arrive within this, from accept or from the first byte of a later
+    /// request on the connection (slowloris).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub client_header_timeout: Duration,
+    /// A keep-alive client connection with no request in flight closes after this.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub client_idle_timeout: Duration,
+    /// An idle keep-alive connection to an endpoint closes after this, or sooner when the
+    /// endpoint announces a shorter Keep-Alive timeout.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub upstream_idle_timeout: Duration,
+    /// The largest request head (request line and headers); larger gets 431.
+    #[arg(long, default_value = "64k", value_parser = parse_size_flag, value_name = "SIZE")]
+    pub max_header_bytes: u64,
+    /// The most header fields a request may have; more gets 431.
+    #[arg(long, default_value_t = sluice_proxy::DEFAULT_MAX_HEADERS, value_name = "N")]
+    pub max_headers: usize,
+    /// The largest request body (e.g. 10m); larger gets 413. Unlimited when not given; a
+    /// route's proxy-body-size annotation overrides it.
+    #[arg(long, value_parser = parse_size_flag, value_name = "SIZE")]
+    pub max_body_size: Option<u64>,
+    /// HTTP/2 streams one client connection may have open at once.
+    #[arg(long, default_value_t = sluice_proxy::DEFAULT_MAX_CONCURRENT_STREAMS, value_name = "N")]
+    pub max_concurrent_streams: u32,
+    /// Peers whose X-Forwarded-*, Forwarded and X-Request-ID headers are believed
+    /// (CIDR[,CIDR...]); from any other peer they are replaced.
+    #[arg(long, default_value = "", value_parser = parse_trusted_proxies, value_name = "CIDR[,CIDR...]", hide_default_value = true)]
+    pub trusted_proxies: TrustedProxies,
+    /// Every connection starts with a PROXY protocol v1 or v2 header (from a load balancer in
+    /// front) that names the client; a connection without a valid one is closed.
+    #[arg(long)]
+    pub proxy_protocol: bool,
     /// Secret that keys sticky-session cookie values; give every replica the same one. Without
     /// it a built-in key is used: replicas still agree, but values are not secret.
     #[arg(
@@ -76,12 +114,39 @@ pub struct ProxyArgs {
     pub session_secret: Option<String>,
 }
 
+fn parse_size_flag(text: &str) -> Result<u64, String> {
+    parse_size(text)
+        .ok_or_else(|| format!("{text:?} is not a size (bytes, or a number with k, m or g)"))
+}
+
+fn parse_trusted_proxies(text: &str) -> Result<TrustedProxies, String> {
+    text.parse()
+}
+
 impl ProxyArgs {
-    pub fn upstream_options(&self) -> UpstreamOptions {
-        UpstreamOptions {
+    pub fn proxy_options(&self) -> ProxyOptions {
+        ProxyOptions {
             connect_timeout: self.connect_timeout,
             response_header_timeout: self.response_header_timeout,
+            body_idle_timeout: self.body_idle_timeout,
+            upstream_idle_timeout: self.upstream_idle_timeout,
+            max_body_size: self.max_body_size,
+            trusted_proxies: self.trusted_proxies.clone(),
             session_secret: self.session_secret.as_ref().map(|s| s.as_bytes().to_vec()),
+        }
+    }
+
+    /// The proxy listener's options; `grace_period` bounds the last phase of shutdown.
+    pub fn listener_options(&self, grace_period: Duration) -> ListenerOptions {
+        ListenerOptions {
+            proxy_protocol: self.proxy_protocol,
+            client_header_timeout: self.client_header_timeout,
+            client_idle_timeout: self.client_idle_timeout,
+            body_idle_timeout: self.body_idle_timeout,
+            max_header_bytes: usize::try_from(self.max_header_bytes).unwrap_or(usize::MAX),
+            max_headers: self.max_headers,
+            max_concurrent_streams: self.max_concurrent_streams,
+            grace_period,
         }
     }
 }
@@ -219,7 +284,8 @@ impl ServeArgs {
         };
         ServeConfig {
             compile: self.class.compile_options(),
-            upstream: self.proxy.upstream_options(),
+            proxy: self.proxy.proxy_options(),
+            listener: self.proxy.listener_options(self.grace_period),
             shutdown_delay: self.shutdown_delay,
             grace_period: self.grace_period,
             source,
@@ -246,6 +312,8 @@ pub struct DemoArgs {
     /// Address of the demo's admin listener.
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
     pub admin: SocketAddr,
+    #[command(flatten)]
+    pub proxy: ProxyArgs,
 }
 
 #[cfg(test)]
@@ -269,6 +337,74 @@ mod tests {
         assert_eq!(args.listen, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(args.admin, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(args.class.ingress_class, "sluice");
+    }
+
+    #[test]
+    fn client_limits_default_to_the_documented_values() {
+        let cli = Cli::parse_from(["sluice", "serve", "--manifests", "dir"]);
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        let config = args.into_config();
+        let listener = &config.listener;
+        assert_eq!(
+            listener.client_header_timeout,
+            sluice_proxy::DEFAULT_CLIENT_HEADER_TIMEOUT
+        );
+        assert_eq!(
+            listener.client_idle_timeout,
+            sluice_proxy::DEFAULT_CLIENT_IDLE_TIMEOUT
+        );
+        assert_eq!(
+            listener.body_idle_timeout,
+            sluice_proxy::DEFAULT_BODY_IDLE_TIMEOUT
+        );
+        assert_eq!(
+            listener.max_header_bytes,
+            sluice_proxy::DEFAULT_MAX_HEADER_BYTES
+        );
+        assert_eq!(listener.max_headers, sluice_proxy::DEFAULT_MAX_HEADERS);
+        assert_eq!(
+            listener.max_concurrent_streams,
+            sluice_proxy::DEFAULT_MAX_CONCURRENT_STREAMS
+        );
+        assert!(!listener.proxy_protocol);
+        let proxy = &config.proxy;
+        assert_eq!(
+            proxy.upstream_idle_timeout,
+            sluice_proxy::DEFAULT_UPSTREAM_IDLE_TIMEOUT
+        );
+        assert_eq!(proxy.max_body_size, None);
+        assert!(proxy.trusted_proxies.is_empty());
+    }
+
+    #[test]
+    fn sizes_and_trusted_proxies_are_checked_when_parsed() {
+        let cli = Cli::parse_from([
+            "sluice",
+            "serve",
+            "--manifests",
+            "dir",
+            "--max-body-size",
+            "8m",
+            "--trusted-proxies",
+            "10.0.0.0/8,192.0.2.1",
+        ]);
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        let proxy = args.into_config().proxy;
+        assert_eq!(proxy.max_body_size, Some(8 << 20));
+        assert!(proxy.trusted_proxies.contains("10.1.2.3".parse().unwrap()));
+        assert!(!proxy.trusted_proxies.contains("11.0.0.1".parse().unwrap()));
+        for bad in [
+            ["--max-body-size", "8 MB"],
+            ["--trusted-proxies", "10.0.0.0/40"],
+        ] {
+            let mut argv = vec!["sluice", "serve", "--manifests", "dir"];
+            argv.extend(bad);
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sluice_config::CompileOptions;
-use sluice_proxy::UpstreamOptions;
 use sluice_testkit::EchoBackend;
 
 use crate::cli::DemoArgs;
@@ -60,7 +59,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         listen: args.listen,
         admin: args.admin,
         compile: CompileOptions::default(),
-        upstream: UpstreamOptions::default(),
+        proxy: args.proxy.proxy_options(),
+        listener: args.proxy.listener_options(Duration::from_secs(2)),
         shutdown_delay: Duration::ZERO,
         grace_period: Duration::from_secs(2),
     };

@@ -13,7 +13,7 @@ use anyhow::Context;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use sluice_config::{parse_manifest, ready_endpoints, CompileOptions, Document, Format, Snapshot};
 use sluice_drill::{DrillOptions, Environment, Mode, PodEndpoint, ProxyUnderTest, Report};
-use sluice_proxy::{serve, Proxy, ShutdownSignal, ShutdownTrigger, UpstreamOptions};
+use sluice_proxy::{serve, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal, ShutdownTrigger};
 use sluice_routing::{BackendId, BackendMode};
 use tokio::net::TcpListener;
 
@@ -74,14 +74,18 @@ impl DrillProxy {
         let address = listener.local_addr()?;
         let proxy = Arc::new(Proxy::new(
             control.table().clone(),
-            &UpstreamOptions::default(),
+            &ProxyOptions::default(),
         ));
         let handler = move |request, client| {
             let proxy = proxy.clone();
             async move { proxy.handle(request, client).await }
         };
         let (stop, signal) = ShutdownSignal::new();
-        tokio::spawn(serve(listener, handler, signal, Duration::from_secs(1)));
+        let options = ListenerOptions {
+            grace_period: Duration::from_secs(1),
+            ..ListenerOptions::default()
+        };
+        tokio::spawn(serve(listener, handler, signal, options));
         Ok(Self {
             control,
             backend,

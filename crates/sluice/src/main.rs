@@ -23,6 +23,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging();
+    raise_file_limit();
     if let Command::Drill(options) = &cli.command {
         // A drill with a kernel-DNAT ClusterIP runs in a network namespace of its own.
         match sluice_drill::reexec_in_netns_if_needed(options) {
@@ -70,6 +71,34 @@ fn main() -> std::process::ExitCode {
 fn exit_code(code: Option<i32>) -> std::process::ExitCode {
     let code = code.unwrap_or(1);
     std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime does: every client
+/// and upstream connection holds a descriptor, and the common default of 1,024 runs out at a
+/// few hundred busy clients.
+fn raise_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    let (Some(soft), Some(hard)) = (limit.current, limit.maximum) else {
+        tracing::debug!("the open files limit is unlimited");
+        return;
+    };
+    if soft >= hard {
+        tracing::info!(limit = soft, "open files limit (already at the hard limit)");
+        return;
+    }
+    let raised = rustix::process::Rlimit {
+        current: Some(hard),
+        maximum: Some(hard),
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::info!(
+            limit = hard,
+            was = soft,
+            "raised the open files limit to the hard limit"
+        ),
+        Err(error) => tracing::warn!(%error, limit = soft, "cannot raise the open files limit"),
+    }
 }
 
 /// Logs to stderr; `RUST_LOG` overrides the default level (info).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sluice_config::CompileOptions;
-use sluice_proxy::{serve, Proxy, ShutdownSignal, UpstreamOptions};
+use sluice_proxy::{serve, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal};
 use sluice_sources::{watch_dir, DirChanges, ManifestDir};
 use tokio::net::TcpListener;
 
@@ -31,7 +31,9 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub compile: CompileOptions,
-    pub upstream: UpstreamOptions,
+    pub proxy: ProxyOptions,
+    /// The proxy listener's protocol options and client limits.
+    pub listener: ListenerOptions,
     /// On SIGTERM: how long to keep serving with /readyz failing.
     pub shutdown_delay: Duration,
     /// Then: how long requests in flight may finish.
@@ -100,7 +102,7 @@ impl Server {
             admin_listener,
         } = self;
         tracing::info!(listen = %config.listen, admin = %config.admin, "sluice is serving");
-        let proxy = Arc::new(Proxy::new(control.table().clone(), &config.upstream));
+        let proxy = Arc::new(Proxy::new(control.table().clone(), &config.proxy));
         let proxy_handler = move |request, client| {
             let proxy = proxy.clone();
             async move { proxy.handle(request, client).await }
@@ -111,13 +113,17 @@ impl Server {
             proxy_listener,
             proxy_handler,
             shutdown.clone(),
-            config.grace_period,
+            config.listener.clone(),
         ));
+        let admin_options = ListenerOptions {
+            grace_period: config.grace_period,
+            ..ListenerOptions::default()
+        };
         let admin_task = tokio::spawn(serve(
             admin_listener,
             admin_handler,
             shutdown.clone(),
-            config.grace_period,
+            admin_options,
         ));
         tokio::spawn(mark_draining(shutdown.clone(), control.clone()));
         match source {
@@ -138,8 +144,9 @@ pub async fn run(config: ServeConfig, shutdown: ShutdownSignal) -> anyhow::Resul
     Server::bind(config).await?.run(shutdown).await
 }
 
-/// Reloads the manifests on every change. A directory that cannot be read keeps the last
-/// good table serving.
+/// Reloads the manifests on every change. A directory that cannot be read (say, while the
+/// process is out of file descriptors) keeps the last good table serving, and the reload is
+/// tried again a second later.
 async fn reload_until_shutdown(
     mut source: ManifestDir,
     mut changes: DirChanges,
@@ -148,7 +155,14 @@ async fn reload_until_shutdown(
 ) {
     let stop = shutdown.wait();
     tokio::pin!(stop);
+    let mut retry_pending = false;
     loop {
+        let retry = async {
+            match retry_pending {
+                true => tokio::time::sleep(RELOAD_RETRY).await,
+                false => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = changes.changed() => {
                 if !changed {
@@ -156,15 +170,25 @@ async fn reload_until_shutdown(
                     stop.await;
                     return;
                 }
-                match source.load() {
-                    Ok(load) => control.apply(load),
-                    Err(error) => tracing::error!(error = %format!("{error:#}"), "reload failed; the last good table keeps serving"),
-                }
             }
+            () = retry => {}
             () = &mut stop => return,
         }
+        retry_pending = match source.load() {
+            Ok(load) => {
+                control.apply(load);
+                false
+            }
+            Err(error) => {
+                tracing::error!(error = %format!("{error:#}"), retry_in = ?RELOAD_RETRY, "reload failed; the last good table keeps serving");
+                true
+            }
+        };
     }
 }
+
+/// How soon a reload that failed is tried again.
+const RELOAD_RETRY: Duration = Duration::from_secs(1);
 
 /// Fails readiness once the shutdown starts draining.
 async fn mark_draining(shutdown: ShutdownSignal, control: Arc<ControlPlane>) {

@@ -24,6 +24,22 @@ pub fn h2c_client() -> Client<HttpConnector, TestBody> {
         .build(HttpConnector::new())
 }
 
+/// Sends one request over a new HTTP/2 connection (prior knowledge) to `addr`, whatever host
+/// the request's URI names: the URI becomes `:authority` and `:path` as written.
+pub async fn h2_send(
+    addr: std::net::SocketAddr,
+    request: Request<TestBody>,
+) -> Result<http::Response<hyper::body::Incoming>, Box<dyn std::error::Error + Send + Sync>> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await?;
+    tokio::spawn(connection);
+    Ok(sender.send_request(request).await?)
+}
+
 /// A whole response, read into memory (for small bodies).
 #[derive(Debug)]
 pub struct Reply {

@@ -9,8 +9,8 @@
 //! - `/__testkit/hop-headers` answers with hop-by-hop headers a proxy must strip
 //!   (`Connection: x-hop-secret`, `X-Hop-Secret`, `Keep-Alive`) next to `X-Kept: yes`.
 //!
-//! A request with header `x-echo: json` gets a JSON description of itself instead: backend name,
-//! method, the raw request target and all headers.
+//! It never describes the request it got: hyper's parsed view would hide what a proxy really
+//! sent. Tests that check what arrives use [`crate::RawBackend`], which reports the bytes.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -170,9 +170,6 @@ async fn answer(
         headers.insert("x-kept", http::HeaderValue::from_static("yes"));
         return Ok(response);
     }
-    if request.headers().get("x-echo").is_some_and(|v| v == "json") {
-        return Ok(text(StatusCode::OK, describe(&name, &request).to_string()));
-    }
     Ok(text(StatusCode::OK, format!("{name}\n")))
 }
 
@@ -185,33 +182,6 @@ async fn count_body(mut body: Incoming) -> Result<u64, EchoError> {
         }
     }
     Ok(received)
-}
-
-fn describe(name: &str, request: &Request<Incoming>) -> serde_json::Value {
-    let mut headers = serde_json::Map::new();
-    for (key, value) in request.headers() {
-        let entry = headers
-            .entry(key.as_str())
-            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-        if let serde_json::Value::Array(values) = entry {
-            values.push(
-                String::from_utf8_lossy(value.as_bytes())
-                    .into_owned()
-                    .into(),
-            );
-        }
-    }
-    let target = request
-        .uri()
-        .path_and_query()
-        .map(|pq| pq.as_str())
-        .unwrap_or("/");
-    serde_json::json!({
-        "backend": name,
-        "method": request.method().as_str(),
-        "target": target,
-        "headers": headers,
-    })
 }
 
 fn text(status: StatusCode, body: String) -> Response<EchoBody> {

@@ -1,11 +1,13 @@
-//! Real things on loopback for tests and the demo: echo backends that answer with their name, HTTP clients, streaming bodies and a load generator.
+//! Real things on loopback for tests and the demo: echo backends that answer with their name, a raw backend that reports requests byte for byte, HTTP clients, streaming bodies and a load generator.
 
 mod body;
 mod client;
 mod echo;
 mod load;
+mod raw;
 
 pub use body::{PatternBody, PATTERN_CHUNK};
-pub use client::{get, h2c_client, http_client, send, Reply};
+pub use client::{get, h2_send, h2c_client, http_client, send, Reply};
 pub use echo::{EchoBackend, EchoError};
 pub use load::{LoadReport, LoadRun};
+pub use raw::{RawBackend, RawBackendOptions, RawRequest};

@@ -29,12 +29,13 @@ pub(crate) enum Setting {
     ProxyNextUpstream,
     ProxyNextUpstreamTries,
     ProxyNextUpstreamTimeout,
+    ProxyBodySize,
     /// sluice's own; read under `sluice.dev/` only.
     PerTryTimeout,
 }
 
 impl Setting {
-    const ALL: [Setting; 16] = [
+    const ALL: [Setting; 17] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -50,6 +51,7 @@ impl Setting {
         Self::ProxyNextUpstream,
         Self::ProxyNextUpstreamTries,
         Self::ProxyNextUpstreamTimeout,
+        Self::ProxyBodySize,
         Self::PerTryTimeout,
     ];
 
@@ -83,6 +85,7 @@ impl Setting {
             Self::ProxyNextUpstream => "proxy-next-upstream",
             Self::ProxyNextUpstreamTries => "proxy-next-upstream-tries",
             Self::ProxyNextUpstreamTimeout => "proxy-next-upstream-timeout",
+            Self::ProxyBodySize => "proxy-body-size",
             Self::PerTryTimeout => "per-try-timeout",
         }
     }

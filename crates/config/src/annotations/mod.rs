@@ -20,6 +20,7 @@ pub use policy::IngressPolicy;
 pub use retry::UNLIMITED_TRIES;
 pub use traefik::{default_name as default_service_cookie_name, STICKY_COOKIE};
 pub(crate) use values::annotation_field;
+pub use values::parse_size;
 
 /// The legacy per-Ingress class annotation, superseded by `spec.ingressClassName`.
 pub const INGRESS_CLASS: &str = "kubernetes.io/ingress.class";

@@ -3,7 +3,7 @@
 use sluice_routing::RoutePolicy;
 
 use super::keys::{PolicyKeys, Setting};
-use super::values::Report;
+use super::values::{parse_size, Report};
 use super::{affinity, balance, retry, Annotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 
@@ -40,6 +40,12 @@ pub(crate) fn ingress_policy(
         sticky: affinity::sticky_cookie(&keys, &mut report),
         retry: retry::retry_policy(&keys, &mut report),
         fallback: None,
+        max_body_size: report.parse(
+            keys.get(Setting::ProxyBodySize),
+            "a size such as 1048576, 512k, 8m or 0 (no limit)",
+            "the proxy-wide limit (--max-body-size) applies",
+            parse_size,
+        ),
     };
     let endpoint_choice = [
         Setting::LoadBalance,

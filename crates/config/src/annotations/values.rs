@@ -86,6 +86,27 @@ pub(crate) fn parse_duration(value: &str) -> Option<Duration> {
     humantime::parse_duration(value).ok()
 }
 
+/// A size as nginx writes it (`client_max_body_size`): bytes, or a number with `k`, `m` or
+/// `g` (any case) for KiB, MiB or GiB.
+pub fn parse_size(value: &str) -> Option<u64> {
+    let value = value.trim();
+    let (digits, unit) = match value.char_indices().last()? {
+        (at, suffix) if suffix.is_ascii_alphabetic() => (&value[..at], suffix),
+        _ => (value, 'b'),
+    };
+    let shift = match unit.to_ascii_lowercase() {
+        'b' => 0,
+        'k' => 10,
+        'm' => 20,
+        'g' => 30,
+        _ => return None,
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
 /// `None`, `Lax` or `Strict`, in any case.
 pub(crate) fn parse_same_site(value: &str) -> Option<SameSite> {
     [
@@ -170,6 +191,27 @@ mod tests {
         assert_eq!(parse_same_site("relaxed"), None);
         assert_eq!(parse_positive_seconds("0"), None);
         assert_eq!(parse_positive_seconds("3600"), Some(3600));
+    }
+
+    #[test]
+    fn sizes_are_read_as_nginx_reads_them() {
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size("1024"), Some(1024));
+        assert_eq!(parse_size("8k"), Some(8 * 1024));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("2g"), Some(2 << 30));
+        for invalid in [
+            "",
+            "m",
+            "1.5m",
+            "-1",
+            "1mb",
+            "1 m",
+            "10t",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_size(invalid), None, "{invalid:?}");
+        }
     }
 
     #[test]

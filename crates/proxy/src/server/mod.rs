@@ -1,18 +1,57 @@
-//! Listeners: accept TCP connections, serve HTTP/1.1 or h2c (prior knowledge) on each, and shut down in phases: drain, stop, finish.
+//! Listeners: accept TCP connections, serve HTTP/1.1 or h2c on each under the client limits, and shut down in phases: drain, stop, finish.
+//!
+//! Each connection runs in its own task, which also supervises it: the request head must
+//! arrive within the header timeout (from accept, or from the first byte of a later request),
+//! a keep-alive connection closes after the idle timeout, a client that stops reading a
+//! response is cut off, and a client that cancels requests as fast as it sends them (HTTP/2
+//! rapid reset) is disconnected. Every byte read passes the framing scan (`framing.rs`), whose
+//! refusals the handler never sees.
+
+mod accept;
+mod activity;
+mod client_io;
+mod framing;
+mod proxy_protocol;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response};
-use hyper::body::{Body, Incoming};
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_TYPE};
+use http::{HeaderValue, Request, Response};
+use http_body_util::{Either, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use accept::Acceptor;
+use activity::{ClientTimeouts, ConnectionActivity, Expiry, RequestActivity};
+use client_io::ClientIo;
+use framing::HeadProblem;
+
+/// `--client-header-timeout`: the whole request head must arrive within this (slowloris).
+pub const DEFAULT_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// `--client-idle-timeout`: a keep-alive connection with no request in flight closes after this.
+pub const DEFAULT_CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// `--body-idle-timeout`: the longest pause between body chunks, either way.
+pub const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// `--max-header-bytes`: the request line and headers together (431 beyond).
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+/// `--max-headers`: header fields per request (431 beyond); hyper's default.
+pub const DEFAULT_MAX_HEADERS: usize = 100;
+/// `--max-concurrent-streams`: HTTP/2 streams a client may have open at once.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
+/// hyper's own smallest read buffer.
+const MIN_READ_BUFFER: usize = 8 * 1024;
 
 /// Where a process is in its shutdown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,64 +108,306 @@ impl ShutdownSignal {
     }
 }
 
+/// What a handler knows about the connection a request arrived on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientInfo {
+    /// The TCP peer: the client, or a load balancer that speaks the PROXY protocol.
+    pub peer: SocketAddr,
+    /// The client: the PROXY header's source address, else the peer.
+    pub client: SocketAddr,
+    /// The address the client connected to: the PROXY header's destination, else the
+    /// listener's own address.
+    pub server: SocketAddr,
+}
+
+/// A listener's protocol options and client limits.
+#[derive(Clone, Debug)]
+pub struct ListenerOptions {
+    /// Every connection starts with a PROXY protocol (v1 or v2) header naming the client; a
+    /// connection without a valid one is closed.
+    pub proxy_protocol: bool,
+    pub client_header_timeout: Duration,
+    pub client_idle_timeout: Duration,
+    /// How long a response may wait for the client to read more.
+    pub body_idle_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub max_concurrent_streams: u32,
+    /// When stopping, how long requests in flight may finish.
+    pub grace_period: Duration,
+}
+
+impl Default for ListenerOptions {
+    fn default() -> Self {
+        Self {
+            proxy_protocol: false,
+            client_header_timeout: DEFAULT_CLIENT_HEADER_TIMEOUT,
+            client_idle_timeout: DEFAULT_CLIENT_IDLE_TIMEOUT,
+            body_idle_timeout: DEFAULT_BODY_IDLE_TIMEOUT,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            max_headers: DEFAULT_MAX_HEADERS,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            grace_period: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ListenerOptions {
+    fn timeouts(&self) -> ClientTimeouts {
+        ClientTimeouts {
+            header: self.client_header_timeout,
+            idle: self.client_idle_timeout,
+            write_stall: self.body_idle_timeout,
+        }
+    }
+
+    fn http_builder(&self) -> auto::Builder<TokioExecutor> {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            // The supervisor times heads itself: hyper's timer would also run while a
+            // keep-alive connection waits between requests.
+            .header_read_timeout(None)
+            .max_buf_size((self.max_header_bytes + 4096).max(MIN_READ_BUFFER));
+        if self.max_headers != DEFAULT_MAX_HEADERS {
+            // hyper allocates header slots on the heap when this is set, so leave its default.
+            builder.http1().max_headers(self.max_headers);
+        }
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(self.max_concurrent_streams)
+            .max_header_list_size(u32::try_from(self.max_header_bytes).unwrap_or(u32::MAX));
+        builder
+    }
+}
+
+/// The response body a listener sends: the handler's, or its own refusal, holding the
+/// request's place on the connection until it ends.
+pub struct ServedBody<B> {
+    inner: Either<B, Full<Bytes>>,
+    _request: RequestActivity,
+}
+
+impl<B> Body for ServedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Everything a connection task needs from its listener.
+struct Listener<F> {
+    handler: F,
+    builder: auto::Builder<TokioExecutor>,
+    options: ListenerOptions,
+    shutdown: ShutdownSignal,
+}
+
 /// Serves `handler` on every connection accepted from `listener` until `shutdown` reaches
 /// [`Phase::Stopping`], then closes the listener, closes idle keep-alive connections (HTTP/1.1
-/// answers in flight with `Connection: close`, HTTP/2 sends GOAWAY) and waits up to
-/// `grace_period` for requests in flight to finish.
+/// answers in flight with `Connection: close`, HTTP/2 sends GOAWAY) and waits up to the grace
+/// period for requests in flight to finish.
 pub async fn serve<F, Fut, B>(
     listener: TcpListener,
     handler: F,
     shutdown: ShutdownSignal,
-    grace_period: Duration,
+    options: ListenerOptions,
 ) where
-    F: Fn(Request<Incoming>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
+    let grace_period = options.grace_period;
+    let context = Arc::new(Listener {
+        handler,
+        builder: options.http_builder(),
+        options,
+        shutdown: shutdown.clone(),
+    });
+    let mut acceptor = Acceptor::default();
+    let mut connections = JoinSet::new();
     let stop = shutdown.wait();
     tokio::pin!(stop);
     loop {
+        while connections.try_join_next().is_some() {}
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
+            accepted = acceptor.accept(&listener) => accepted,
             () = &mut stop => break,
         };
-        let _ = stream.set_nodelay(true);
-        let handler = handler.clone();
-        let service = service_fn(move |request| {
-            let response = handler(request, peer);
-            async move { Ok::<_, Infallible>(response.await) }
-        });
-        let connection = graceful.watch(
-            builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned(),
-        );
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%peer, error = %error, "connection ended with an error");
-            }
-        });
+        connections.spawn(serve_connection(stream, peer, context.clone()));
     }
     drop(listener);
-    if tokio::time::timeout(grace_period, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    let finished = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace_period, finished).await.is_err() {
         tracing::warn!(
             ?grace_period,
+            open = connections.len(),
             "requests still in flight after the grace period; closing their connections"
         );
+        connections.shutdown().await;
     }
+}
+
+/// Serves one connection: reads the PROXY header when required, then HTTP until the client
+/// leaves, a limit is hit, or the listener stops.
+async fn serve_connection<F, Fut, B>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<Listener<F>>,
+) where
+    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let _ = stream.set_nodelay(true);
+    let options = &listener.options;
+    let server = stream.local_addr().unwrap_or(peer);
+    let mut info = ClientInfo {
+        peer,
+        client: peer,
+        server,
+    };
+    let mut prefix = Bytes::new();
+    if options.proxy_protocol {
+        match proxy_protocol::read_header(&mut stream, options.client_header_timeout).await {
+            Ok(header) => {
+                if let Some((client, server)) = header.addresses {
+                    info.client = client;
+                    info.server = server;
+                }
+                prefix = header.rest;
+            }
+            Err(error) => {
+                tracing::debug!(%peer, %error, "closed a connection without a valid PROXY header");
+                return;
+            }
+        }
+    }
+    let activity = Arc::new(ConnectionActivity::new());
+    let io = ClientIo::new(stream, prefix, options.max_header_bytes, activity.clone());
+    let handler = listener.handler.clone();
+    let requests = activity.clone();
+    let service = service_fn(move |request| {
+        respond(request, handler.clone(), requests.request_started(), info)
+    });
+    let connection = listener.builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(connection);
+    let timeouts = options.timeouts();
+    let stopping = listener.shutdown.clone().wait();
+    tokio::pin!(stopping);
+    let mut closing = false;
+    loop {
+        let deadline = activity
+            .deadline(&timeouts)
+            .filter(|(_, expiry)| !(closing && *expiry == Expiry::Idle));
+        let expired = async {
+            match deadline {
+                Some((at, expiry)) => {
+                    tokio::time::sleep_until(at).await;
+                    expiry
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%peer, %error, "connection ended with an error");
+                }
+                return;
+            }
+            () = &mut stopping, if !closing => {
+                connection.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            () = activity.changed() => {}
+            expiry = expired => match expiry {
+                Expiry::Idle => {
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                Expiry::Header | Expiry::WriteStall | Expiry::Abusive => {
+                    log_expiry(expiry, peer);
+                    return;
+                }
+            },
+        }
+    }
+}
+
+fn log_expiry(expiry: Expiry, peer: SocketAddr) {
+    match expiry {
+        Expiry::Abusive => tracing::warn!(
+            %peer,
+            "closed a connection whose client cancelled most of its requests early (HTTP/2 rapid reset)"
+        ),
+        _ => tracing::debug!(%peer, ?expiry, "closed a connection that ran into a client timeout"),
+    }
+}
+
+/// Answers one request: with a refusal when the framing scan refused its head, else with
+/// the handler's response.
+async fn respond<F, Fut, B>(
+    request: Request<Incoming>,
+    handler: F,
+    mut activity: RequestActivity,
+    info: ClientInfo,
+) -> Result<Response<ServedBody<B>>, Infallible>
+where
+    F: Fn(Request<Incoming>, ClientInfo) -> Fut,
+    Fut: Future<Output = Response<B>>,
+{
+    if let Some(problem) = activity.refused_head() {
+        tracing::debug!(client = %info.client, reason = problem.reason(), "refused a request head");
+        activity.answered();
+        return Ok(refusal(problem).map(|body| ServedBody {
+            inner: Either::Right(body),
+            _request: activity,
+        }));
+    }
+    let response = handler(request, info).await;
+    activity.answered();
+    Ok(response.map(|body| ServedBody {
+        inner: Either::Left(body),
+        _request: activity,
+    }))
+}
+
+/// 400 (or 431) for a refused head, closing the connection: the bytes after a head that
+/// cannot be trusted cannot be trusted either.
+fn refusal(problem: HeadProblem) -> Response<Full<Bytes>> {
+    let text = match problem {
+        HeadProblem::TooLarge => "431 request header fields too large\n",
+        _ => "400 bad request\n",
+    };
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = problem.status();
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }

@@ -1,6 +1,8 @@
 //! Shared helpers for the end-to-end tests: run the real sluice binary on loopback, write manifests, wait for conditions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod wire;
+
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
@@ -16,6 +18,22 @@ pub struct Sluice {
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub dir: PathBuf,
+    /// Where its standard error goes.
+    log: tempfile::NamedTempFile,
+}
+
+/// The binary under test: this build's, or `SLUICE_TEST_BINARY` (to show that a new test
+/// fails against an older build).
+pub fn sluice_binary() -> OsString {
+    std::env::var_os("SLUICE_TEST_BINARY")
+        .unwrap_or_else(|| OsString::from(env!("CARGO_BIN_EXE_sluice")))
+}
+
+/// How the binary is started.
+#[derive(Clone, Debug, Default)]
+pub struct Launch {
+    /// Shell commands run before sluice in the same process (e.g. `ulimit -n 256;`).
+    pub shell_prefix: Option<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -29,9 +47,14 @@ pub fn free_port() -> u16 {
 impl Sluice {
     /// Starts `sluice serve --manifests dir` plus `extra` flags and waits for /readyz.
     pub async fn start(dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with(dir, extra, Launch::default()).await
+    }
+
+    /// [`Self::start`], launched as `launch` says.
+    pub async fn start_with(dir: &Path, extra: &[&str], launch: Launch) -> Self {
         let mut args = vec![OsString::from("--manifests"), dir.as_os_str().to_owned()];
         args.extend(extra.iter().map(OsString::from));
-        Self::start_ready(args, dir, Duration::from_secs(20)).await
+        Self::start_ready(args, dir, Duration::from_secs(20), &launch).await
     }
 
     /// Starts `sluice serve --kubernetes --kubeconfig FILE` plus `extra` flags and waits for
@@ -44,14 +67,19 @@ impl Sluice {
         ];
         args.extend(extra.iter().map(OsString::from));
         let dir = kubeconfig.parent().unwrap_or(kubeconfig);
-        Self::start_ready(args, dir, Duration::from_secs(30)).await
+        Self::start_ready(args, dir, Duration::from_secs(30), &Launch::default()).await
     }
 
     /// Spawns sluice and waits for /readyz. A free port can be taken by another test between
     /// choosing and binding it; sluice then exits at once, and is started again on new ports.
-    async fn start_ready(args: Vec<OsString>, dir: &Path, limit: Duration) -> Self {
+    async fn start_ready(
+        args: Vec<OsString>,
+        dir: &Path,
+        limit: Duration,
+        launch: &Launch,
+    ) -> Self {
         for _ in 0..3 {
-            let mut sluice = Self::spawn(args.clone(), dir);
+            let mut sluice = Self::spawn(args.clone(), dir, launch);
             if sluice.wait_ready(limit).await {
                 return sluice;
             }
@@ -59,10 +87,22 @@ impl Sluice {
         panic!("sluice exited at start three times");
     }
 
-    fn spawn(source: Vec<OsString>, dir: &Path) -> Self {
+    fn spawn(source: Vec<OsString>, dir: &Path, launch: &Launch) -> Self {
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut command = match &launch.shell_prefix {
+            Some(prefix) => {
+                let mut shell = Command::new("sh");
+                shell
+                    .arg("-c")
+                    .arg(format!("{prefix} exec \"$0\" \"$@\""))
+                    .arg(sluice_binary());
+                shell
+            }
+            None => Command::new(sluice_binary()),
+        };
+        let child = command
             .arg("serve")
             .args(source)
             .args([
@@ -76,6 +116,7 @@ impl Sluice {
                 std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".to_owned()),
             )
             .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
             .spawn()
             .expect("start sluice");
         Self {
@@ -83,7 +124,13 @@ impl Sluice {
             listen,
             admin,
             dir: dir.to_owned(),
+            log,
         }
+    }
+
+    /// Everything sluice wrote to standard error so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
     /// Waits for /readyz to answer 200; `false` if the process exited first.

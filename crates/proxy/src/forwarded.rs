@@ -1,0 +1,356 @@
+//! Who the client is and what a backend is told about it: X-Forwarded-*, X-Real-IP, Forwarded and X-Request-ID, taken on trust only from the configured proxies.
+//!
+//! From an untrusted peer (every peer, by default, as in ingress-nginx), sluice replaces the
+//! `X-Forwarded-*` family, `X-Real-IP` and `X-Request-ID` with what it saw itself and drops
+//! `Forwarded`. A peer inside `--trusted-proxies` (Traefik's `forwardedHeaders.trustedIPs`)
+//! keeps its `X-Forwarded-*`, `Forwarded` and `X-Request-ID`; its address is appended to
+//! `X-Forwarded-For`, and the real client is the rightmost address in that list that is not
+//! itself a trusted proxy.
+
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue, FORWARDED};
+use ipnet::IpNet;
+
+use crate::server::ClientInfo;
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+/// The request id header, set on the request to the backend and on the response.
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_FORWARDED_PREFIX: &str = "x-forwarded-";
+
+/// The address ranges whose forwarding headers are believed (`--trusted-proxies`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl TrustedProxies {
+    /// Whether `address` is a trusted proxy.
+    pub fn contains(&self, address: IpAddr) -> bool {
+        let address = canonical(address);
+        self.0.iter().any(|net| net.contains(&address))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// `CIDR[,CIDR…]`; a bare address is a /32 (or /128).
+impl FromStr for TrustedProxies {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut nets = Vec::new();
+        for item in text
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+        {
+            let net = IpNet::from_str(item)
+                .or_else(|_| IpAddr::from_str(item).map(IpNet::from))
+                .map_err(|_| format!("{item:?} is not an IP address or CIDR range"))?;
+            nets.push(net.trunc());
+        }
+        Ok(Self(nets))
+    }
+}
+
+/// An IPv4 address written as IPv4-mapped IPv6 (a dual-stack listener's view) as plain IPv4.
+fn canonical(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
+        IpAddr::V4(_) => address,
+    }
+}
+
+/// The forwarding facts of one request, decided once.
+#[derive(Debug)]
+pub(crate) struct Forwarding {
+    /// Whether the peer is a trusted proxy.
+    pub(crate) trusted: bool,
+    /// The client as best known: the peer, or for a trusted peer the rightmost untrusted
+    /// address of `X-Forwarded-For`.
+    pub(crate) real_client: IpAddr,
+}
+
+impl Forwarding {
+    /// Decides whom to believe about the request in `headers`, from connection `info`.
+    pub(crate) fn decide(headers: &HeaderMap, info: &ClientInfo, trusted: &TrustedProxies) -> Self {
+        let peer = canonical(info.client.ip());
+        if !trusted.contains(peer) {
+            return Self {
+                trusted: false,
+                real_client: peer,
+            };
+        }
+        let mut real_client = peer;
+        for hop in forwarded_for(headers).iter().rev() {
+            let Some(address) = parse_hop(hop) else {
+                break;
+            };
+            real_client = address;
+            if !trusted.contains(address) {
+                break;
+            }
+        }
+        Self {
+            trusted: true,
+            real_client,
+        }
+    }
+
+    /// Rewrites the forwarding headers for the backend. `host` is the Host the backend gets
+    /// and `request_id` the id this request carries.
+    pub(crate) fn apply(
+        &self,
+        headers: &mut HeaderMap,
+        info: &ClientInfo,
+        host: &HeaderValue,
+        request_id: &HeaderValue,
+    ) {
+        let peer = canonical(info.client.ip());
+        if self.trusted {
+            let chain = forwarded_for(headers);
+            let appended = match chain.is_empty() {
+                true => peer.to_string(),
+                false => format!("{}, {peer}", chain.join(", ")),
+            };
+            set(headers, X_FORWARDED_FOR, &appended);
+            keep_or_insert(headers, X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            keep_or_insert(headers, X_FORWARDED_HOST, host.clone());
+            keep_or_insert(headers, X_FORWARDED_PORT, port_value(info));
+        } else {
+            remove_forwarding(headers);
+            set(headers, X_FORWARDED_FOR, &peer.to_string());
+            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            headers.insert(X_FORWARDED_HOST, host.clone());
+            headers.insert(X_FORWARDED_PORT, port_value(info));
+        }
+        set(headers, X_REAL_IP, &self.real_client.to_string());
+        headers.insert(X_REQUEST_ID, request_id.clone());
+    }
+
+    /// The request id: a trusted peer's, else a new one (32 hex digits, as ingress-nginx's
+    /// `$request_id`).
+    pub(crate) fn request_id(&self, headers: &HeaderMap) -> HeaderValue {
+        let kept = self
+            .trusted
+            .then(|| headers.get(X_REQUEST_ID))
+            .flatten()
+            .filter(|value| !value.is_empty());
+        match kept {
+            Some(value) => value.clone(),
+            None => new_request_id(),
+        }
+    }
+}
+
+/// A fresh random request id.
+pub(crate) fn new_request_id() -> HeaderValue {
+    let id = format!("{:032x}", fastrand::u128(..));
+    HeaderValue::try_from(id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+/// Every `X-Forwarded-*` header, `X-Real-IP`, `X-Request-ID` and `Forwarded`: what an
+/// untrusted client may not say about itself.
+fn remove_forwarding(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with(X_FORWARDED_PREFIX))
+        .cloned()
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    headers.remove(X_REAL_IP);
+    headers.remove(X_REQUEST_ID);
+    headers.remove(FORWARDED);
+}
+
+/// The hops of every `X-Forwarded-For` field, in order.
+fn forwarded_for(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|hop| hop.trim().to_owned())
+        .filter(|hop| !hop.is_empty())
+        .collect()
+}
+
+/// One `X-Forwarded-For` hop as an address: `1.2.3.4`, `1.2.3.4:5678`, `::1` or `[::1]:80`.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    if let Ok(address) = IpAddr::from_str(hop) {
+        return Some(canonical(address));
+    }
+    let host = match hop.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next()?,
+        None => hop.rsplit_once(':')?.0,
+    };
+    IpAddr::from_str(host).ok().map(canonical)
+}
+
+fn port_value(info: &ClientInfo) -> HeaderValue {
+    HeaderValue::from(info.server.port())
+}
+
+fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        headers.insert(name, value);
+    }
+}
+
+fn keep_or_insert(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
+    headers.entry(name).or_insert(value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(client: &str) -> ClientInfo {
+        let client = client.parse().unwrap_or_else(|e| panic!("{client}: {e}"));
+        ClientInfo {
+            peer: client,
+            client,
+            server: "127.0.0.1:8080".parse().unwrap_or_else(|e| panic!("{e}")),
+        }
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(name, value)| {
+                (
+                    HeaderName::from_bytes(name.as_bytes()).unwrap_or_else(|e| panic!("{e}")),
+                    HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{e}")),
+                )
+            })
+            .collect()
+    }
+
+    fn trusted(text: &str) -> TrustedProxies {
+        text.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn forward(
+        inbound: &[(&str, &str)],
+        client: &str,
+        proxies: &TrustedProxies,
+    ) -> (HeaderMap, Forwarding) {
+        let mut headers = headers(inbound);
+        let info = info(client);
+        let forwarding = Forwarding::decide(&headers, &info, proxies);
+        let id = forwarding.request_id(&headers);
+        forwarding.apply(
+            &mut headers,
+            &info,
+            &HeaderValue::from_static("shop.test"),
+            &id,
+        );
+        (headers, forwarding)
+    }
+
+    const SPOOFED: [(&str, &str); 7] = [
+        ("x-forwarded-for", "6.6.6.6"),
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "evil.test"),
+        ("x-forwarded-port", "443"),
+        ("x-real-ip", "6.6.6.6"),
+        ("forwarded", "for=6.6.6.6"),
+        ("x-request-id", "chosen-by-client"),
+    ];
+
+    #[test]
+    fn an_untrusted_client_cannot_say_who_it_is() {
+        let (h, forwarding) = forward(&SPOOFED, "203.0.113.9:5000", &TrustedProxies::default());
+        assert!(!forwarding.trusted);
+        assert_eq!(h["x-forwarded-for"], "203.0.113.9");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "shop.test");
+        assert_eq!(h["x-forwarded-port"], "8080");
+        assert_eq!(h["x-real-ip"], "203.0.113.9");
+        assert!(!h.contains_key("forwarded"));
+        let id = h["x-request-id"].to_str().unwrap_or_default();
+        assert!(
+            id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+
+    #[test]
+    fn a_trusted_proxy_keeps_its_headers_and_names_the_real_client() {
+        let proxies = trusted("10.0.0.0/8, 192.0.2.1");
+        let (h, forwarding) = forward(
+            &[
+                ("x-forwarded-for", "198.51.100.7, 10.1.1.1"),
+                ("x-forwarded-proto", "https"),
+                ("x-forwarded-port", "443"),
+                ("forwarded", "for=198.51.100.7;proto=https"),
+                ("x-request-id", "abc-123"),
+            ],
+            "192.0.2.1:5000",
+            &proxies,
+        );
+        assert!(forwarding.trusted);
+        assert_eq!(h["x-forwarded-for"], "198.51.100.7, 10.1.1.1, 192.0.2.1");
+        assert_eq!(h["x-real-ip"], "198.51.100.7", "rightmost untrusted hop");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-port"], "443");
+        assert_eq!(
+            h["x-forwarded-host"], "shop.test",
+            "set when the proxy did not"
+        );
+        assert_eq!(h["forwarded"], "for=198.51.100.7;proto=https");
+        assert_eq!(h["x-request-id"], "abc-123");
+    }
+
+    #[test]
+    fn a_client_cannot_hide_behind_a_spoofed_hop_left_of_the_real_one() {
+        let proxies = trusted("10.0.0.0/8");
+        let (h, _) = forward(
+            &[("x-forwarded-for", "1.1.1.1, 203.0.113.9")],
+            "10.0.0.1:1",
+            &proxies,
+        );
+        assert_eq!(h["x-real-ip"], "203.0.113.9");
+    }
+
+    #[test]
+    fn when_every_hop_is_trusted_the_leftmost_is_the_client() {
+        let proxies = trusted("10.0.0.0/8");
+        let (h, _) = forward(
+            &[("x-forwarded-for", "10.9.9.9:1234, 10.1.1.1")],
+            "10.0.0.1:1",
+            &proxies,
+        );
+        assert_eq!(h["x-real-ip"], "10.9.9.9");
+    }
+
+    #[test]
+    fn ipv4_mapped_peers_match_ipv4_ranges() {
+        let proxies = trusted("127.0.0.0/8");
+        assert!(proxies.contains("::ffff:127.0.0.5".parse().unwrap_or_else(|e| panic!("{e}"))));
+        let (h, _) = forward(&[], "[::ffff:127.0.0.5]:80", &TrustedProxies::default());
+        assert_eq!(h["x-forwarded-for"], "127.0.0.5");
+    }
+
+    #[test]
+    fn trusted_proxies_parse_addresses_and_ranges() {
+        assert_eq!(
+            trusted("10.0.0.1, 2001:db8::/32,"),
+            TrustedProxies(vec![
+                "10.0.0.1/32".parse().unwrap_or_else(|e| panic!("{e}")),
+                "2001:db8::/32".parse().unwrap_or_else(|e| panic!("{e}")),
+            ])
+        );
+        assert!("10.0.0.0/33".parse::<TrustedProxies>().is_err());
+        assert!("example.com".parse::<TrustedProxies>().is_err());
+    }
+}
