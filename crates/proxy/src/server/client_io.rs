@@ -9,7 +9,7 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::activity::ConnectionActivity;
-use super::framing::{Event, MessageScanner};
+use super::framing::{BrokenAt, Event, MessageScanner};
 
 /// The stream hyper serves, wrapping the accepted socket.
 pub(crate) struct ClientIo<T> {
@@ -19,6 +19,8 @@ pub(crate) struct ClientIo<T> {
     scanner: MessageScanner,
     activity: Arc<ConnectionActivity>,
     write_stalled: bool,
+    /// A chunked body broke in bytes already read: the next read fails.
+    broken: bool,
 }
 
 impl<T> ClientIo<T> {
@@ -34,19 +36,26 @@ impl<T> ClientIo<T> {
             scanner: MessageScanner::new(max_head),
             activity,
             write_stalled: false,
+            broken: false,
         }
     }
 
-    /// Scans bytes on their way to hyper. A chunked-body framing error fails the read, so the
-    /// bytes after it never reach hyper and the request body ends in an error.
-    fn scan(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// Scans bytes on their way to hyper; returns how many of them may go on. Bytes from a
+    /// chunked-body framing error on never reach hyper, and the next read fails, so the
+    /// request body ends in an error and the upstream request is aborted.
+    fn scan(&mut self, bytes: &[u8]) -> usize {
         let activity = &self.activity;
-        self.scanner
-            .scan(bytes, &mut |event| match event {
-                Event::HeadStarted => activity.head_started(),
-                Event::HeadComplete(verdict) => activity.head_judged(verdict),
-            })
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "invalid chunked framing"))
+        let scanned = self.scanner.scan(bytes, &mut |event| match event {
+            Event::HeadStarted => activity.head_started(),
+            Event::HeadComplete(verdict) => activity.head_judged(verdict),
+        });
+        match scanned {
+            Ok(()) => bytes.len(),
+            Err(BrokenAt(at)) => {
+                self.broken = true;
+                at
+            }
+        }
     }
 
     fn note_write<R>(&mut self, poll: &Poll<io::Result<R>>) {
@@ -65,6 +74,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for ClientIo<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.broken {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "invalid chunked framing",
+            )));
+        }
         let before = buf.filled().len();
         if this.prefix.has_remaining() {
             let take = this.prefix.len().min(buf.remaining());
@@ -73,9 +88,16 @@ impl<T: AsyncRead + Unpin> AsyncRead for ClientIo<T> {
         } else {
             ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
         }
-        if let Err(error) = this.scan(&buf.filled()[before..]) {
-            buf.set_filled(before);
-            return Poll::Ready(Err(error));
+        let read = buf.filled().len() - before;
+        let good = this.scan(&buf.filled()[before..]);
+        if good < read {
+            buf.set_filled(before + good);
+            if good == 0 {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "invalid chunked framing",
+                )));
+            }
         }
         Poll::Ready(Ok(()))
     }

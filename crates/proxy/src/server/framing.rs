@@ -64,9 +64,13 @@ pub(crate) enum Event {
     HeadComplete(Result<(), HeadProblem>),
 }
 
-/// A framing error inside a chunked body: the connection's read fails.
+/// A framing error inside a chunked body: the connection's read fails there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ChunkError;
+
+/// Where in the scanned bytes a chunked body broke: the bytes before it are good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BrokenAt(pub(crate) usize);
 
 const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0";
 /// Hex digits a chunk size may have (sizes up to 2^64 - 1).
@@ -134,19 +138,22 @@ impl MessageScanner {
         }
     }
 
-    /// Scans bytes just read, reporting head events to `on_event`.
+    /// Scans bytes just read, reporting head events to `on_event`. A chunked-body framing
+    /// error says at which byte it is.
     pub(crate) fn scan(
         &mut self,
-        mut bytes: &[u8],
+        bytes: &[u8],
         on_event: &mut impl FnMut(Event),
-    ) -> Result<(), ChunkError> {
-        while !bytes.is_empty() {
+    ) -> Result<(), BrokenAt> {
+        let mut offset = 0;
+        while offset < bytes.len() {
+            let rest = &bytes[offset..];
             let used = match self.state {
-                State::Passthrough => bytes.len(),
-                State::BetweenMessages => self.between_messages(bytes, on_event),
-                State::Head => self.head_bytes(bytes, on_event),
+                State::Passthrough => rest.len(),
+                State::BetweenMessages => self.between_messages(rest, on_event),
+                State::Head => self.head_bytes(rest, on_event),
                 State::Body(left) => {
-                    let used = usize::try_from(left).map_or(bytes.len(), |l| l.min(bytes.len()));
+                    let used = usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len()));
                     let left = left - used as u64;
                     self.state = if left == 0 {
                         State::BetweenMessages
@@ -155,9 +162,11 @@ impl MessageScanner {
                     };
                     used
                 }
-                State::Chunked(chunk) => self.chunked(chunk, bytes)?,
+                State::Chunked(chunk) => self
+                    .chunked(chunk, rest)
+                    .map_err(|ChunkError| BrokenAt(offset))?,
             };
-            bytes = &bytes[used..];
+            offset += used;
         }
         Ok(())
     }
@@ -410,12 +419,15 @@ fn after_size(value: u64, byte: u8) -> Result<Chunk, ChunkError> {
 mod tests {
     use super::*;
 
-    /// Scans `input` in pieces of `step` bytes; returns the events, or the chunk error.
-    fn scan_in_steps(input: &[u8], step: usize) -> Result<Vec<Event>, ChunkError> {
+    /// Scans `input` in pieces of `step` bytes; returns the events, or where a chunked body
+    /// broke (counted from the start of `input`).
+    fn scan_in_steps(input: &[u8], step: usize) -> Result<Vec<Event>, usize> {
         let mut scanner = MessageScanner::new(64 * 1024);
         let mut events = Vec::new();
-        for piece in input.chunks(step) {
-            scanner.scan(piece, &mut |event| events.push(event))?;
+        for (index, piece) in input.chunks(step).enumerate() {
+            scanner
+                .scan(piece, &mut |event| events.push(event))
+                .map_err(|BrokenAt(at)| index * step + at)?;
         }
         Ok(events)
     }
@@ -523,24 +535,27 @@ mod tests {
     }
 
     #[test]
-    fn chunked_framing_errors_fail_the_read() {
+    fn chunked_framing_errors_are_found_at_the_byte_that_breaks_them() {
         let head = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
-        for body in [
-            "zz\r\nhello\r\n0\r\n\r\n",
-            "5\nhello\r\n0\r\n\r\n",
-            "5\r\nhello\n0\r\n\r\n",
-            "5\r\nhelloXX0\r\n\r\n",
-            "5;a\nb\r\nhello\r\n0\r\n\r\n",
-            "\r\n",
-            "11111111111111111\r\n",
-            "0\r\nTrailer: x\n\r\n",
+        // Each body with the offset of the byte that breaks it.
+        for (body, broken) in [
+            ("zz\r\nhello\r\n0\r\n\r\n", 0),
+            ("5\nhello\r\n0\r\n\r\n", 1),
+            ("5\r\nhello\n0\r\n\r\n", 8),
+            ("5\r\nhelloXX0\r\n\r\n", 8),
+            ("5;a\nb\r\nhello\r\n0\r\n\r\n", 3),
+            ("\r\n", 0),
+            ("11111111111111111\r\n", 16),
+            ("0\r\nTrailer: x\n\r\n", 13),
         ] {
             let input = format!("{head}{body}");
-            assert_eq!(
-                scan_in_steps(input.as_bytes(), 3),
-                Err(ChunkError),
-                "{body:?}"
-            );
+            for step in [1, 3, input.len()] {
+                assert_eq!(
+                    scan_in_steps(input.as_bytes(), step),
+                    Err(head.len() + broken),
+                    "{body:?} in steps of {step}"
+                );
+            }
         }
     }
 
