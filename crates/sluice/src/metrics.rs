@@ -82,6 +82,11 @@ fn register_proxy_counters(registry: &mut Registry, proxy: &ProxyCounters) {
             "Requests sent to a Service's ClusterIP because no endpoint attempt was left (service-upstream: fallback)",
             &proxy.fallbacks,
         ),
+        (
+            "upstream_stale_connection_resends",
+            "Requests sent again on a new connection because the endpoint closed a pooled keep-alive connection as the request went out",
+            &proxy.stale_connection_resends,
+        ),
     ];
     for (name, help, counter) in counters {
         registry.register(name, help, counter.clone());

@@ -87,6 +87,12 @@ pub struct RawBackendOptions {
     /// Close a keep-alive connection after it has been idle this long, as Node (5 s) or
     /// gunicorn (2 s) do.
     pub idle_close: Option<Duration>,
+    /// How long before the close reaches the client the pod decides on it, as a close takes a
+    /// network's latency to arrive: a request sent in that window meets a closing socket, is
+    /// never read, and is reset. The idle timeout still ends at `idle_close`.
+    pub close_notice: Duration,
+    /// Announce `idle_close` in a `Keep-Alive: timeout=N` response header, as Node does.
+    pub announce_idle_close: bool,
 }
 
 /// A running raw backend. Stops when dropped, closing its connections.
@@ -182,9 +188,15 @@ async fn serve(
     };
     loop {
         let idle = options.idle_close.unwrap_or(Duration::from_secs(3600));
-        let head = match tokio::time::timeout(idle, reader.head(&mut stream)).await {
+        let decided = idle.saturating_sub(options.close_notice);
+        let head = match tokio::time::timeout(decided, reader.head(&mut stream)).await {
             Ok(Some(head)) => head,
-            Ok(None) | Err(_) => return,
+            Ok(None) => return,
+            Err(_) => {
+                // Closing: whatever arrives from now on is never read.
+                tokio::time::sleep(options.close_notice).await;
+                return;
+            }
         };
         let (body, complete) = reader.body(&mut stream, &head).await;
         let request = RawRequest {
@@ -201,10 +213,16 @@ async fn serve(
         if !complete {
             return;
         }
+        let connection = match (close, options.idle_close) {
+            (true, _) => "connection: close\r\n".to_owned(),
+            (false, Some(idle)) if options.announce_idle_close => {
+                format!("keep-alive: timeout={}\r\n", idle.as_secs())
+            }
+            _ => String::new(),
+        };
         let response = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n{answer}",
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{connection}\r\n{answer}",
             answer.len(),
-            if close { "connection: close\r\n" } else { "" },
         );
         if stream.write_all(response.as_bytes()).await.is_err() || close {
             return;

@@ -34,6 +34,8 @@ pub fn sluice_binary() -> OsString {
 pub struct Launch {
     /// Shell commands run before sluice in the same process (e.g. `ulimit -n 256;`).
     pub shell_prefix: Option<String>,
+    /// `RUST_LOG` for this run (else `SLUICE_TEST_LOG`, else `warn`).
+    pub log_filter: Option<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -113,7 +115,9 @@ impl Sluice {
             ])
             .env(
                 "RUST_LOG",
-                std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".to_owned()),
+                launch.log_filter.clone().unwrap_or_else(|| {
+                    std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".to_owned())
+                }),
             )
             .stdout(Stdio::null())
             .stderr(log.reopen().unwrap())
