@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -275,24 +275,21 @@ impl Body for ClientBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                this.idle.progressed();
-                if let Some(data) = frame.data_ref() {
-                    this.received += data.len() as u64;
-                    if this.max_size.is_some_and(|max| this.received > max) {
-                        return Poll::Ready(Some(Err(ClientBodyError::TooLarge)));
-                    }
-                }
-                Poll::Ready(Some(Ok(frame)))
+        let frame = match ready!(poll_watched(&mut this.inner, &mut this.idle, cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(Watched::Stalled)) => return Poll::Ready(Some(Err(ClientBodyError::Stalled))),
+            Some(Err(Watched::Failed(error))) => {
+                return Poll::Ready(Some(Err(ClientBodyError::Read(error))))
             }
-            Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(ClientBodyError::Read(error)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending if this.idle.expired(cx) => {
-                Poll::Ready(Some(Err(ClientBodyError::Stalled)))
+            None => return Poll::Ready(None),
+        };
+        if let Some(data) = frame.data_ref() {
+            this.received += data.len() as u64;
+            if this.max_size.is_some_and(|max| this.received > max) {
+                return Poll::Ready(Some(Err(ClientBodyError::TooLarge)));
             }
-            Poll::Pending => Poll::Pending,
         }
+        Poll::Ready(Some(Ok(frame)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -340,18 +337,10 @@ impl Body for TrackedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                this.idle.progressed();
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(ResponseBodyError::Read(error)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending if this.idle.expired(cx) => {
-                Poll::Ready(Some(Err(ResponseBodyError::Stalled)))
-            }
-            Poll::Pending => Poll::Pending,
-        }
+        poll_watched(&mut this.inner, &mut this.idle, cx).map_err(|error| match error {
+            Watched::Stalled => ResponseBodyError::Stalled,
+            Watched::Failed(error) => ResponseBodyError::Read(error),
+        })
     }
 
     fn is_end_stream(&self) -> bool {
@@ -360,6 +349,34 @@ impl Body for TrackedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// How a body read under an idle timer failed.
+enum Watched<E> {
+    /// No chunk came within the idle timeout.
+    Stalled,
+    Failed(E),
+}
+
+/// What [`poll_watched`] yields: the next frame, the end, or why there is none.
+type WatchedFrame<B> = Option<Result<Frame<<B as Body>::Data>, Watched<<B as Body>::Error>>>;
+
+/// The next frame of `inner`, with the idle clock running while it waits.
+fn poll_watched<B: Body + Unpin>(
+    inner: &mut B,
+    idle: &mut IdleTimer,
+    cx: &mut Context<'_>,
+) -> Poll<WatchedFrame<B>> {
+    match Pin::new(inner).poll_frame(cx) {
+        Poll::Ready(Some(Ok(frame))) => {
+            idle.progressed();
+            Poll::Ready(Some(Ok(frame)))
+        }
+        Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(Watched::Failed(error)))),
+        Poll::Ready(None) => Poll::Ready(None),
+        Poll::Pending if idle.expired(cx) => Poll::Ready(Some(Err(Watched::Stalled))),
+        Poll::Pending => Poll::Pending,
     }
 }
 

@@ -12,18 +12,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Full};
 use sluice_testkit::{h2_send, RawBackend, RawRequest};
 use support::wire::{exchange, Reply};
-use support::{ingress, pod_ip, service, write_catch_all, write_manifest, Sluice};
+use support::{
+    ingress, pod_ip, raw_backend_behind_sluice, service, write_catch_all, write_manifest, Sluice,
+};
 
 const WAIT: Duration = Duration::from_secs(5);
-
-/// A raw backend behind a catch-all Ingress, and sluice serving it with `flags`.
-async fn behind_sluice(ip: u8, flags: &[&str]) -> (RawBackend, tempfile::TempDir, Sluice) {
-    let backend = RawBackend::start(pod_ip(ip)).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    write_catch_all(dir.path(), "app", &[backend.addr()]);
-    let sluice = Sluice::start(dir.path(), flags).await;
-    (backend, dir, sluice)
-}
 
 async fn send(sluice: &Sluice, request: &str) -> Reply {
     exchange(sluice.listen, request.as_bytes(), WAIT).await
@@ -45,7 +38,7 @@ async fn forwarded(backend: &RawBackend, sluice: &Sluice, request: &str) -> RawR
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backend_receives_origin_form_and_the_clients_host() {
-    let (backend, _dir, sluice) = behind_sluice(60, &[]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(60, &[]).await;
     let received = forwarded(
         &backend,
         &sluice,
@@ -67,7 +60,7 @@ async fn the_backend_receives_origin_form_and_the_clients_host() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_request_reaches_the_backend_in_origin_form_with_authority_as_host() {
-    let (backend, _dir, sluice) = behind_sluice(61, &[]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(61, &[]).await;
     let request = http::Request::get(format!("http://h2.test:{}/x?y=1", sluice.listen.port()))
         .header("host", "ignored.test")
         .header("cookie", "a=1")
@@ -163,7 +156,7 @@ const SPOOFING: &str = "GET / HTTP/1.1\r\nHost: shop.test\r\nX-Forwarded-For: 6.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_headers_from_an_untrusted_client_are_replaced() {
-    let (backend, _dir, sluice) = behind_sluice(63, &[]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(63, &[]).await;
     let reply = send(&sluice, SPOOFING).await;
     assert_eq!(reply.status(), Some(200));
     let received = backend.only_request();
@@ -189,7 +182,8 @@ async fn forwarding_headers_from_an_untrusted_client_are_replaced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trusted_proxy_keeps_its_forwarding_headers_and_names_the_client() {
-    let (backend, _dir, sluice) = behind_sluice(64, &["--trusted-proxies", "127.0.0.0/8"]).await;
+    let (backend, _dir, sluice) =
+        raw_backend_behind_sluice(64, &["--trusted-proxies", "127.0.0.0/8"]).await;
     let request = "GET / HTTP/1.1\r\nHost: shop.test\r\nX-Forwarded-For: 198.51.100.7, 127.0.0.9\r\nX-Forwarded-Proto: https\r\nForwarded: for=198.51.100.7;proto=https\r\nX-Request-ID: from-the-edge\r\nConnection: close\r\n\r\n";
     let reply = send(&sluice, request).await;
     let received = backend.only_request();
@@ -209,7 +203,7 @@ async fn a_trusted_proxy_keeps_its_forwarding_headers_and_names_the_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_protocol_names_the_client_and_a_connection_without_it_is_closed() {
-    let (backend, _dir, sluice) = behind_sluice(65, &["--proxy-protocol"]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(65, &["--proxy-protocol"]).await;
     let v1 = "PROXY TCP4 198.51.100.7 127.0.0.1 55555 443\r\nGET /v1 HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n";
     assert_eq!(send(&sluice, v1).await.status(), Some(200));
     let mut v2 = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
@@ -246,7 +240,7 @@ async fn the_proxy_protocol_names_the_client_and_a_connection_without_it_is_clos
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_cannot_strip_host_framing_or_the_headers_sluice_sets() {
-    let (backend, _dir, sluice) = behind_sluice(66, &[]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(66, &[]).await;
     let request = "POST /upload HTTP/1.1\r\nHost: shop.test\r\nContent-Length: 5\r\nTE: trailers\r\nConnection: close, host, content-length, te, x-forwarded-for, x-request-id, x-private\r\nX-Private: secret\r\n\r\nhello";
     let reply = send(&sluice, request).await;
     assert_eq!(reply.status(), Some(200), "{}", reply.text);
@@ -263,7 +257,7 @@ async fn connection_cannot_strip_host_framing_or_the_headers_sluice_sets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_two_hosts_or_a_host_that_disagrees_gets_400() {
-    let (backend, _dir, sluice) = behind_sluice(67, &[]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(67, &[]).await;
     for request in [
         "GET / HTTP/1.1\r\nHost: shop.test\r\nHost: evil.test\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: shop.test\r\nHost: shop.test\r\n\r\n",
@@ -406,7 +400,7 @@ async fn a_path_that_cannot_be_normalised_gets_400() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_request_gets_405() {
-    let (backend, _dir, sluice) = behind_sluice(70, &[]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(70, &[]).await;
     let reply = send(
         &sluice,
         "CONNECT shop.test:443 HTTP/1.1\r\nHost: shop.test:443\r\n\r\n",

@@ -11,25 +11,18 @@ use std::time::Duration;
 use sluice_testkit::{get, http_client, RawBackend};
 use support::wire::exchange;
 use support::{
-    annotated_ingress, ingress, pod_ip, service, write_catch_all, write_manifest, Sluice,
+    annotated_ingress, ingress, pod_ip, raw_backend_behind_sluice, service, write_catch_all,
+    write_manifest, Sluice,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const WAIT: Duration = Duration::from_secs(5);
 
-async fn behind_sluice(ip: u8, flags: &[&str]) -> (RawBackend, tempfile::TempDir, Sluice) {
-    let backend = RawBackend::start(pod_ip(ip)).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    write_catch_all(dir.path(), "app", &[backend.addr()]);
-    let sluice = Sluice::start(dir.path(), flags).await;
-    (backend, dir, sluice)
-}
-
 /// Sends each malformed request head and checks: 400, the connection closed, nothing at the
 /// backend; then that sluice still serves.
 async fn heads_are_refused(ip: u8, heads: &[(&str, &str)]) {
-    let (backend, _dir, sluice) = behind_sluice(ip, &[]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(ip, &[]).await;
     for (case, head) in heads {
         let reply = exchange(sluice.listen, head.as_bytes(), WAIT).await;
         assert_eq!(reply.status(), Some(400), "{case}: {}", reply.text);
@@ -105,7 +98,7 @@ async fn framing_that_hyper_refuses_is_refused_by_both() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunked_body_that_breaks_while_streaming_never_completes_at_the_backend_also_refused_by_hyper(
 ) {
-    let (backend, _dir, sluice) = behind_sluice(73, &[]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(73, &[]).await;
     let head = "POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
     for (case, body) in [
         ("a bad chunk size", "5\r\nhello\r\nzz\r\nworld\r\n0\r\n\r\n"),
@@ -146,7 +139,7 @@ async fn a_chunked_body_that_breaks_while_streaming_never_completes_at_the_backe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_over_max_header_bytes_or_max_headers_gets_431() {
     let (backend, _dir, sluice) =
-        behind_sluice(74, &["--max-header-bytes", "4k", "--max-headers", "20"]).await;
+        raw_backend_behind_sluice(74, &["--max-header-bytes", "4k", "--max-headers", "20"]).await;
     let big = format!(
         "GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
         "x".repeat(5000)
@@ -172,7 +165,7 @@ async fn a_head_over_max_header_bytes_or_max_headers_gets_431() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_over_the_limit_gets_413_declared_or_streamed() {
-    let (backend, _dir, sluice) = behind_sluice(75, &["--max-body-size", "1k"]).await;
+    let (backend, _dir, sluice) = raw_backend_behind_sluice(75, &["--max-body-size", "1k"]).await;
     let declared = format!(
         "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n{}",
         "x".repeat(2000)
@@ -299,7 +292,8 @@ mod h2 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_announces_max_concurrent_streams() {
-    let (_backend, _dir, sluice) = behind_sluice(78, &["--max-concurrent-streams", "17"]).await;
+    let (_backend, _dir, sluice) =
+        raw_backend_behind_sluice(78, &["--max-concurrent-streams", "17"]).await;
     let reply = exchange(sluice.listen, &h2::start(), Duration::from_millis(500)).await;
     let settings = h2::frames(reply.text.as_bytes());
     let (_, _, _, payload) = settings
@@ -355,7 +349,7 @@ async fn under_attack(sluice: &Sluice, attack: Vec<u8>) -> (bool, usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_rapid_reset_flood_closes_only_its_own_connection_as_h2_already_does() {
-    let (_backend, _dir, sluice) = behind_sluice(79, &[]).await;
+    let (_backend, _dir, sluice) = raw_backend_behind_sluice(79, &[]).await;
     let mut attack = h2::start();
     let block = h2::get_block("a");
     for stream in (1..4000u32).step_by(2) {
@@ -374,7 +368,7 @@ async fn an_http2_rapid_reset_flood_closes_only_its_own_connection_as_h2_already
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_continuation_flood_closes_only_its_own_connection_as_h2_already_does() {
-    let (_backend, _dir, sluice) = behind_sluice(80, &[]).await;
+    let (_backend, _dir, sluice) = raw_backend_behind_sluice(80, &[]).await;
     let mut attack = h2::start();
     attack.extend(h2::frame(
         h2::HEADERS,

@@ -8,22 +8,15 @@ use std::time::{Duration, Instant};
 
 use sluice_testkit::{EchoBackend, RawBackend};
 use support::wire::{exchange, read_response, read_until_closed};
-use support::{pod_ip, write_catch_all, Sluice};
+use support::{pod_ip, sluice_in_front_of};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-/// sluice in front of one endpoint at `addr`, with `flags`.
-async fn sluice_for(addr: SocketAddr, flags: &[&str]) -> (tempfile::TempDir, Sluice) {
-    let dir = tempfile::tempdir().unwrap();
-    write_catch_all(dir.path(), "app", &[addr]);
-    let sluice = Sluice::start(dir.path(), flags).await;
-    (dir, sluice)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_slower_than_the_response_header_timeout_still_succeeds() {
     let backend = RawBackend::start(pod_ip(90)).await.unwrap();
-    let (_dir, sluice) = sluice_for(backend.addr(), &["--response-header-timeout", "1s"]).await;
+    let (_dir, sluice) =
+        sluice_in_front_of(backend.addr(), &["--response-header-timeout", "1s"]).await;
     let mut stream = TcpStream::connect(sluice.listen).await.unwrap();
     stream
         .write_all(
@@ -44,7 +37,7 @@ async fn an_upload_slower_than_the_response_header_timeout_still_succeeds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stalls_mid_body_gets_408_and_the_backend_no_complete_request() {
     let backend = RawBackend::start(pod_ip(91)).await.unwrap();
-    let (_dir, sluice) = sluice_for(backend.addr(), &["--body-idle-timeout", "1s"]).await;
+    let (_dir, sluice) = sluice_in_front_of(backend.addr(), &["--body-idle-timeout", "1s"]).await;
     for method in ["POST", "PUT"] {
         let started = Instant::now();
         let mut stream = TcpStream::connect(sluice.listen).await.unwrap();
@@ -99,7 +92,7 @@ async fn stalling_backend(ip: u8, stall: Stall) -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_stalls_mid_response_is_cut_off_after_the_body_idle_timeout() {
     let pod = stalling_backend(92, Stall::MidResponse).await;
-    let (_dir, sluice) = sluice_for(pod, &["--body-idle-timeout", "1s"]).await;
+    let (_dir, sluice) = sluice_in_front_of(pod, &["--body-idle-timeout", "1s"]).await;
     let reply = exchange(
         sluice.listen,
         b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
@@ -117,7 +110,7 @@ async fn a_pod_that_stalls_mid_response_is_cut_off_after_the_body_idle_timeout()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_stops_reading_an_upload_gets_504() {
     let pod = stalling_backend(93, Stall::NeverReadsBody).await;
-    let (_dir, sluice) = sluice_for(pod, &["--body-idle-timeout", "1s"]).await;
+    let (_dir, sluice) = sluice_in_front_of(pod, &["--body-idle-timeout", "1s"]).await;
     let mut stream = TcpStream::connect(sluice.listen).await.unwrap();
     let size = 64 << 20;
     let head = format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {size}\r\n\r\n");
@@ -141,7 +134,7 @@ async fn a_pod_that_stops_reading_an_upload_gets_504() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_a_response_is_cut_off() {
     let pod = EchoBackend::start("endless", pod_ip(94)).await.unwrap();
-    let (_dir, sluice) = sluice_for(pod.addr(), &["--body-idle-timeout", "1s"]).await;
+    let (_dir, sluice) = sluice_in_front_of(pod.addr(), &["--body-idle-timeout", "1s"]).await;
     let mut stream = TcpStream::connect(sluice.listen).await.unwrap();
     stream
         .write_all(b"GET /__testkit/bytes/1000000000000 HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -170,7 +163,8 @@ async fn a_client_that_stops_reading_a_response_is_cut_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_head_that_does_not_arrive_in_time_closes_the_connection() {
     let backend = RawBackend::start(pod_ip(95)).await.unwrap();
-    let (_dir, sluice) = sluice_for(backend.addr(), &["--client-header-timeout", "1s"]).await;
+    let (_dir, sluice) =
+        sluice_in_front_of(backend.addr(), &["--client-header-timeout", "1s"]).await;
     // Nothing at all after connecting.
     let silent = exchange(sluice.listen, b"", Duration::from_secs(4)).await;
     assert!(silent.closed, "a silent connection is closed");
@@ -202,7 +196,7 @@ async fn a_request_head_that_does_not_arrive_in_time_closes_the_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keep_alive_connection_waits_for_the_idle_timeout_not_the_header_timeout() {
     let backend = RawBackend::start(pod_ip(96)).await.unwrap();
-    let (_dir, sluice) = sluice_for(
+    let (_dir, sluice) = sluice_in_front_of(
         backend.addr(),
         &[
             "--client-header-timeout",

@@ -25,9 +25,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
 use crate::body::PatternBody;
+use crate::listener::serve_connections;
 
 type EchoBody = Either<Full<Bytes>, PatternBody>;
 
@@ -105,22 +106,15 @@ impl Drop for EchoBackend {
     }
 }
 
-/// Accepts until aborted. Connection tasks live in a `JoinSet` owned by this task, so dropping
-/// the backend closes every connection too, as a pod that dies does.
+/// Serves every connection until the backend is dropped.
 async fn accept_loop(listener: TcpListener, name: String, counters: Counters) {
     let name: Arc<str> = name.into();
-    let mut connections = JoinSet::new();
-    loop {
-        while connections.try_join_next().is_some() {}
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
+    serve_connections(listener, |stream| {
         let name = name.clone();
         let requests = counters.requests.clone();
         let open = counters.open_connections.clone();
         open.fetch_add(1, Ordering::Relaxed);
-        connections.spawn(async move {
+        async move {
             let service = service_fn(move |request| {
                 requests.fetch_add(1, Ordering::Relaxed);
                 answer(name.clone(), request)
@@ -129,8 +123,9 @@ async fn accept_loop(listener: TcpListener, name: String, counters: Counters) {
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
             open.fetch_sub(1, Ordering::Relaxed);
-        });
-    }
+        }
+    })
+    .await;
 }
 
 async fn answer(

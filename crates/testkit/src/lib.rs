@@ -3,6 +3,7 @@
 mod body;
 mod client;
 mod echo;
+mod listener;
 mod load;
 mod raw;
 

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
+
+use crate::listener::serve_connections;
 
 /// A request head larger than this is refused (the connection is closed).
 const MAX_HEAD: usize = 256 * 1024;
@@ -162,17 +164,11 @@ impl Drop for RawBackend {
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, options: RawBackendOptions) {
-    let mut connections = JoinSet::new();
-    loop {
-        while connections.try_join_next().is_some() {}
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
+    serve_connections(listener, |stream| {
         let number = shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
-        connections.spawn(serve(stream, number, shared.clone(), options));
-    }
+        serve(stream, number, shared.clone(), options)
+    })
+    .await;
 }
 
 /// Reads requests from one connection until it closes, answering each.

@@ -419,3 +419,21 @@ pub fn write_catch_all(dir: &Path, name: &str, endpoints: &[SocketAddr]) {
         ],
     );
 }
+
+/// A raw backend on pod IP `ip` behind a catch-all Ingress, and sluice serving it with `flags`.
+pub async fn raw_backend_behind_sluice(
+    ip: u8,
+    flags: &[&str],
+) -> (sluice_testkit::RawBackend, tempfile::TempDir, Sluice) {
+    let backend = sluice_testkit::RawBackend::start(pod_ip(ip)).await.unwrap();
+    let (dir, sluice) = sluice_in_front_of(backend.addr(), flags).await;
+    (backend, dir, sluice)
+}
+
+/// sluice with `flags` in front of one endpoint at `addr`, behind a catch-all Ingress.
+pub async fn sluice_in_front_of(addr: SocketAddr, flags: &[&str]) -> (tempfile::TempDir, Sluice) {
+    let dir = tempfile::tempdir().unwrap();
+    write_catch_all(dir.path(), "app", &[addr]);
+    let sluice = Sluice::start(dir.path(), flags).await;
+    (dir, sluice)
+}
