@@ -331,7 +331,10 @@ impl<'a> Exchange<'a> {
             let progress = body.progress();
             let request = self.upstream_request(body);
             let sent = Instant::now();
-            match self.exchange(&mut connection, request, &progress).await {
+            match self
+                .exchange(&mut connection, request, progress.as_deref())
+                .await
+            {
                 Ok(response) => {
                     runtime.stats.record_latency(sent.elapsed());
                     let keep_for =
@@ -385,12 +388,12 @@ impl<'a> Exchange<'a> {
         &self,
         connection: &mut Connection,
         request: Request<UpstreamBody>,
-        progress: &UploadProgress,
+        progress: Option<&UploadProgress>,
     ) -> Result<Response<Incoming>, Exchanged> {
         let send = connection.sender.try_send_request(request);
         tokio::pin!(send);
         let idle = self.settings.body_idle_timeout;
-        while !progress.is_sent() {
+        while let Some(progress) = progress.filter(|progress| !progress.is_sent()) {
             let check_at = match progress.client_owes() {
                 true => tokio::time::Instant::now() + idle,
                 false => progress.stall_deadline(idle),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::request::Parts;
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
@@ -21,10 +21,14 @@ use crate::health::InFlight;
 /// Request bodies up to this size are buffered so an attempt can be replayed on another endpoint.
 pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
 
-/// The body sent upstream: buffered (and so replayable) or streamed from the client.
-pub(crate) struct UpstreamBody {
-    inner: Either<Full<Bytes>, ClientBody>,
-    progress: Arc<UploadProgress>,
+/// The body sent upstream: buffered (and so replayable, and sent at once with the head) or
+/// streamed from the client (its upload's progress watched).
+pub(crate) enum UpstreamBody {
+    Buffered(Full<Bytes>),
+    Streamed {
+        body: ClientBody,
+        progress: Arc<UploadProgress>,
+    },
 }
 
 /// The client's request body as the attempts see it.
@@ -92,26 +96,31 @@ impl RequestBody {
 
     /// The body for the next attempt, or `None` when a streamed body was already sent.
     pub(crate) fn take(&mut self) -> Option<UpstreamBody> {
-        let inner = match self {
-            Self::Replayable(bytes) => Either::Left(Full::new(bytes.clone())),
-            Self::Streaming(body) => Either::Right(body.take()?),
-        };
-        let progress = Arc::new(UploadProgress::new(inner.is_end_stream()));
-        Some(UpstreamBody { inner, progress })
+        match self {
+            Self::Replayable(bytes) => Some(UpstreamBody::Buffered(Full::new(bytes.clone()))),
+            Self::Streaming(body) => Some(UpstreamBody::Streamed {
+                body: body.take()?,
+                progress: Arc::new(UploadProgress::new()),
+            }),
+        }
     }
 
     /// Takes back the body of an attempt that never reached its endpoint.
     pub(crate) fn restore(&mut self, body: UpstreamBody) {
-        if let (Self::Streaming(slot), Either::Right(body)) = (self, body.inner) {
+        if let (Self::Streaming(slot), UpstreamBody::Streamed { body, .. }) = (self, body) {
             *slot = Some(body);
         }
     }
 }
 
 impl UpstreamBody {
-    /// How the upload of this body is going.
-    pub(crate) fn progress(&self) -> Arc<UploadProgress> {
-        self.progress.clone()
+    /// How the upload of a streamed body is going; `None` for a buffered body, which goes out
+    /// with the head.
+    pub(crate) fn progress(&self) -> Option<Arc<UploadProgress>> {
+        match self {
+            Self::Buffered(_) => None,
+            Self::Streamed { progress, .. } => Some(progress.clone()),
+        }
     }
 }
 
@@ -120,29 +129,41 @@ impl Body for UpstreamBody {
     type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let poll = Pin::new(&mut self.inner).poll_frame(cx);
+        let (body, progress) = match self.get_mut() {
+            Self::Buffered(full) => return Pin::new(full).poll_frame(cx).map_err(Into::into),
+            Self::Streamed { body, progress } => (body, progress),
+        };
+        let poll = Pin::new(body).poll_frame(cx);
         match &poll {
-            Poll::Ready(Some(Ok(_))) => self.progress.advanced(),
-            Poll::Ready(None) => self.progress.finished(),
+            Poll::Ready(Some(Ok(_))) => progress.advanced(),
+            Poll::Ready(None) => progress.finished(),
             Poll::Ready(Some(Err(_))) => {}
-            Poll::Pending => self.progress.waiting_for_client(),
+            Poll::Pending => progress.waiting_for_client(),
         }
-        poll
+        poll.map_err(Into::into)
     }
 
     fn is_end_stream(&self) -> bool {
-        let end = self.inner.is_end_stream();
-        if end {
-            self.progress.finished();
+        match self {
+            Self::Buffered(full) => full.is_end_stream(),
+            Self::Streamed { body, progress } => {
+                let end = body.is_end_stream();
+                if end {
+                    progress.finished();
+                }
+                end
+            }
         }
-        end
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self {
+            Self::Buffered(full) => full.size_hint(),
+            Self::Streamed { body, .. } => body.size_hint(),
+        }
     }
 }
 
@@ -160,12 +181,12 @@ pub(crate) struct UploadProgress {
 }
 
 impl UploadProgress {
-    fn new(sent: bool) -> Self {
+    fn new() -> Self {
         Self {
             origin: Instant::now(),
             last_chunk: AtomicU64::new(0),
             client_owes: AtomicBool::new(false),
-            sent: AtomicBool::new(sent),
+            sent: AtomicBool::new(false),
             done: Notify::new(),
         }
     }
@@ -443,7 +464,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_upload_is_stalled_by_the_endpoint_only_when_the_client_owes_nothing() {
-        let progress = UploadProgress::new(false);
+        let progress = UploadProgress::new();
         let idle = Duration::from_secs(60);
         progress.waiting_for_client();
         tokio::time::advance(idle).await;

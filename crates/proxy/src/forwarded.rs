@@ -114,24 +114,28 @@ impl Forwarding {
         request_id: &HeaderValue,
     ) {
         let peer = canonical(info.client.ip());
+        let real_client = address_value(self.real_client);
         if self.trusted {
             let chain = forwarded_for(headers);
             let appended = match chain.is_empty() {
                 true => peer.to_string(),
                 false => format!("{}, {peer}", chain.join(", ")),
             };
-            set(headers, X_FORWARDED_FOR, &appended);
+            if let Ok(value) = HeaderValue::try_from(appended) {
+                headers.insert(X_FORWARDED_FOR, value);
+            }
             keep_or_insert(headers, X_FORWARDED_PROTO, HeaderValue::from_static("http"));
             keep_or_insert(headers, X_FORWARDED_HOST, host.clone());
             keep_or_insert(headers, X_FORWARDED_PORT, port_value(info));
         } else {
             remove_forwarding(headers);
-            set(headers, X_FORWARDED_FOR, &peer.to_string());
+            // Untrusted: the peer is the real client.
+            headers.insert(X_FORWARDED_FOR, real_client.clone());
             headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
             headers.insert(X_FORWARDED_HOST, host.clone());
             headers.insert(X_FORWARDED_PORT, port_value(info));
         }
-        set(headers, X_REAL_IP, &self.real_client.to_string());
+        headers.insert(X_REAL_IP, real_client);
         headers.insert(X_REQUEST_ID, request_id.clone());
     }
 
@@ -157,19 +161,27 @@ pub(crate) fn new_request_id() -> HeaderValue {
 }
 
 /// Every `X-Forwarded-*` header, `X-Real-IP`, `X-Request-ID` and `Forwarded`: what an
-/// untrusted client may not say about itself.
+/// untrusted client may not say about itself. One pass over the names; nothing is hashed
+/// unless the client sent one.
 fn remove_forwarding(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .keys()
-        .filter(|name| name.as_str().starts_with(X_FORWARDED_PREFIX))
+        .filter(|name| {
+            name.as_str().starts_with(X_FORWARDED_PREFIX)
+                || **name == X_REAL_IP
+                || **name == X_REQUEST_ID
+                || **name == FORWARDED
+        })
         .cloned()
         .collect();
     for name in named {
         headers.remove(name);
     }
-    headers.remove(X_REAL_IP);
-    headers.remove(X_REQUEST_ID);
-    headers.remove(FORWARDED);
+}
+
+/// An address as a header value.
+fn address_value(address: IpAddr) -> HeaderValue {
+    HeaderValue::try_from(address.to_string()).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// The hops of every `X-Forwarded-For` field, in order.
@@ -198,12 +210,6 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
 
 fn port_value(info: &ClientInfo) -> HeaderValue {
     HeaderValue::from(info.server.port())
-}
-
-fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
-    if let Ok(value) = HeaderValue::from_str(value) {
-        headers.insert(name, value);
-    }
 }
 
 fn keep_or_insert(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {

@@ -29,6 +29,15 @@ const NEVER_NOMINATED: [HeaderName; 3] = [HOST, CONTENT_LENGTH, TRANSFER_ENCODIN
 /// framing headers. A request's `TE: trailers` (which gRPC needs) is kept; any other TE value
 /// belongs to this hop only.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names: most messages carry none of these, and then nothing is hashed.
+    let present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| HOP_BY_HOP.contains(name))
+        .cloned()
+        .collect();
+    if present.is_empty() {
+        return;
+    }
     let wants_trailers = headers
         .get_all(TE)
         .iter()
@@ -38,20 +47,15 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
             let name = coding.split(';').next().unwrap_or_default();
             name.trim().eq_ignore_ascii_case("trailers")
         });
-    if headers.contains_key(CONNECTION) {
-        let named: Vec<HeaderName> = headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
-            .filter(|name| !NEVER_NOMINATED.contains(name))
-            .collect();
-        for name in named {
-            headers.remove(name);
-        }
-    }
-    for name in HOP_BY_HOP {
+    let nominated: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+        .filter(|name| !NEVER_NOMINATED.contains(name))
+        .collect();
+    for name in nominated.into_iter().chain(present) {
         headers.remove(name);
     }
     if wants_trailers {

@@ -84,15 +84,47 @@ fn authority_value(authority: &Authority) -> Result<HeaderValue, ProxyError> {
     valid_host(&value)
 }
 
-/// A Host value is `host[:port]`: an authority without user information.
+/// A Host value is `uri-host [":" port]` (RFC 9110 §7.2): a name or IPv4 address of
+/// unreserved, percent-encoded and sub-delimiter characters, or a bracketed IP literal.
 fn valid_host(value: &HeaderValue) -> Result<HeaderValue, ProxyError> {
-    let valid = Authority::try_from(value.as_bytes())
-        .is_ok_and(|authority| !authority.as_str().contains('@') && !authority.host().is_empty());
-    if valid {
+    if is_host(value.as_bytes()) {
         Ok(value.clone())
     } else {
         Err(ProxyError::BadRequest("invalid Host"))
     }
+}
+
+fn is_host(bytes: &[u8]) -> bool {
+    let (host, port) = match bytes.strip_prefix(b"[") {
+        Some(literal) => match literal.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let inside = &literal[..end];
+                let ip_literal = !inside.is_empty()
+                    && inside
+                        .iter()
+                        .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+                if !ip_literal {
+                    return false;
+                }
+                (&b"ip"[..], &literal[end + 1..])
+            }
+            None => return false,
+        },
+        None => match bytes.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&bytes[..colon], &bytes[colon..]),
+            None => (bytes, &b""[..]),
+        },
+    };
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    let name_ok = !host.is_empty()
+        && host
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b));
+    port_ok && name_ok
 }
 
 /// The normalised path with the query, in origin form.
@@ -195,6 +227,35 @@ mod tests {
         );
         assert!(read(Version::HTTP_11, "/../etc/passwd", &["a.test"]).is_err());
         assert!(read(Version::HTTP_11, "/a%zz", &["a.test"]).is_err());
+    }
+
+    #[test]
+    fn host_values_are_names_addresses_or_ip_literals_with_an_optional_port() {
+        for valid in [
+            "a.test",
+            "A.Test:8080",
+            "10.0.0.1:80",
+            "[::1]",
+            "[2001:db8::1]:443",
+            "xn--n3h.test",
+            "a.test:",
+        ] {
+            assert!(is_host(valid.as_bytes()), "{valid}");
+        }
+        for invalid in [
+            "",
+            ":80",
+            "user@a.test",
+            "a test",
+            "a/b",
+            "a.test:8o",
+            "[::1",
+            "[zz]",
+            "a.test?x",
+            "a:b:c",
+        ] {
+            assert!(!is_host(invalid.as_bytes()), "{invalid}");
+        }
     }
 
     #[test]

@@ -29,6 +29,15 @@ pub(crate) struct ClientTimeouts {
     pub(crate) write_stall: Duration,
 }
 
+impl ClientTimeouts {
+    /// How often the supervisor looks at a connection at least. A head or a stalled write that
+    /// starts between two looks has its deadline after the second look, which then sleeps
+    /// until exactly that deadline.
+    pub(crate) fn recheck(&self) -> Duration {
+        self.header.min(self.write_stall)
+    }
+}
+
 /// Which limit a connection ran into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Expiry {
@@ -56,7 +65,7 @@ pub(crate) struct ConnectionActivity {
     /// Requests handed to the handler, and how many of them the client cancelled early.
     requests: AtomicU32,
     cancelled: AtomicU32,
-    changed: Notify,
+    abusive: Notify,
 }
 
 impl ConnectionActivity {
@@ -72,7 +81,7 @@ impl ConnectionActivity {
             refused: OnceLock::new(),
             requests: AtomicU32::new(0),
             cancelled: AtomicU32::new(0),
-            changed: Notify::new(),
+            abusive: Notify::new(),
         }
     }
 
@@ -89,7 +98,6 @@ impl ConnectionActivity {
         let idle = self.in_flight.load(Ordering::Acquire) == 0;
         if idle && self.head_started.load(Ordering::Acquire) == UNSET {
             self.head_started.store(self.now(), Ordering::Release);
-            self.changed.notify_one();
         }
     }
 
@@ -105,9 +113,6 @@ impl ConnectionActivity {
     pub(crate) fn write_stalled(&self, stalled: bool) {
         let value = if stalled { self.now() } else { UNSET };
         self.write_stalled_since.store(value, Ordering::Release);
-        if stalled {
-            self.changed.notify_one();
-        }
     }
 
     /// The handler got a request; the returned guard counts it in flight until dropped.
@@ -122,9 +127,11 @@ impl ConnectionActivity {
         }
     }
 
-    /// Resolves when something changed that may move the deadline earlier.
-    pub(crate) async fn changed(&self) {
-        self.changed.notified().await;
+    /// Resolves when the client turned abusive. Other changes are not announced: the
+    /// supervisor looks again at least every [`ClientTimeouts::recheck`], which is soon
+    /// enough for any deadline that can start in the meantime, and costs a request nothing.
+    pub(crate) async fn turned_abusive(&self) {
+        self.abusive.notified().await;
     }
 
     /// The next limit the connection may run into, and when.
@@ -153,14 +160,14 @@ impl ConnectionActivity {
     }
 
     fn request_ended(&self, answered: bool) {
-        if !answered {
-            self.cancelled.fetch_add(1, Ordering::AcqRel);
-        }
         if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.idle_since.store(self.now(), Ordering::Release);
-            self.changed.notify_one();
-        } else if !answered && self.is_abusive() {
-            self.changed.notify_one();
+        }
+        if !answered {
+            let cancelled = self.cancelled.fetch_add(1, Ordering::AcqRel) + 1;
+            if cancelled >= ABUSIVE_RESETS && self.is_abusive() {
+                self.abusive.notify_one();
+            }
         }
     }
 }

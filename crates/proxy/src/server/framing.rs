@@ -188,17 +188,25 @@ impl MessageScanner {
     fn head_bytes(&mut self, bytes: &[u8], on_event: &mut impl FnMut(Event)) -> usize {
         let end = self.end_of_head(bytes);
         let used = end.unwrap_or(bytes.len());
-        self.head.extend_from_slice(&bytes[..used]);
-        if self.head.len() > self.max_head {
+        if self.head.len() + used > self.max_head {
             self.state = State::Passthrough;
             self.head = Vec::new();
             on_event(Event::HeadComplete(Err(HeadProblem::TooLarge)));
             return used;
         }
         if end.is_none() {
+            self.head.extend_from_slice(bytes);
             return used;
         }
-        match judge_head(&self.head) {
+        // A head that arrived in one read is judged where it lies, without a copy.
+        let judged = if self.head.is_empty() {
+            judge_head(&bytes[..used])
+        } else {
+            self.head.extend_from_slice(&bytes[..used]);
+            judge_head(&self.head)
+        };
+        self.head.clear();
+        match judged {
             Judged::Request(next) => {
                 self.state = next;
                 on_event(Event::HeadComplete(Ok(())));

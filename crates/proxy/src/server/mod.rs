@@ -318,18 +318,24 @@ async fn serve_connection<F, Fut, B>(
     tokio::pin!(stopping);
     let mut closing = false;
     loop {
-        let deadline = activity
+        let due = activity
             .deadline(&timeouts)
             .filter(|(_, expiry)| !(closing && *expiry == Expiry::Idle));
-        let expired = async {
-            match deadline {
-                Some((at, expiry)) => {
-                    tokio::time::sleep_until(at).await;
-                    expiry
-                }
-                None => std::future::pending().await,
+        let now = tokio::time::Instant::now();
+        match due {
+            Some((at, Expiry::Idle)) if at <= now => {
+                connection.as_mut().graceful_shutdown();
+                closing = true;
+                continue;
             }
-        };
+            Some((at, expiry)) if at <= now => {
+                log_expiry(expiry, peer);
+                return;
+            }
+            _ => {}
+        }
+        let look_again = now + timeouts.recheck();
+        let wake = due.map_or(look_again, |(at, _)| at.min(look_again));
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(error) = result {
@@ -341,17 +347,8 @@ async fn serve_connection<F, Fut, B>(
                 connection.as_mut().graceful_shutdown();
                 closing = true;
             }
-            () = activity.changed() => {}
-            expiry = expired => match expiry {
-                Expiry::Idle => {
-                    connection.as_mut().graceful_shutdown();
-                    closing = true;
-                }
-                Expiry::Header | Expiry::WriteStall | Expiry::Abusive => {
-                    log_expiry(expiry, peer);
-                    return;
-                }
-            },
+            () = activity.turned_abusive() => {}
+            () = tokio::time::sleep_until(wake) => {}
         }
     }
 }
