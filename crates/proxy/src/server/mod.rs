@@ -29,6 +29,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -282,28 +283,9 @@ async fn serve_connection<F, Fut, B>(
 {
     let _ = stream.set_nodelay(true);
     let options = &listener.options;
-    let server = stream.local_addr().unwrap_or(peer);
-    let mut info = ClientInfo {
-        peer,
-        client: peer,
-        server,
+    let Some((info, prefix)) = client_info(&mut stream, peer, options).await else {
+        return;
     };
-    let mut prefix = Bytes::new();
-    if options.proxy_protocol {
-        match proxy_protocol::read_header(&mut stream, options.client_header_timeout).await {
-            Ok(header) => {
-                if let Some((client, server)) = header.addresses {
-                    info.client = client;
-                    info.server = server;
-                }
-                prefix = header.rest;
-            }
-            Err(error) => {
-                tracing::debug!(%peer, %error, "closed a connection without a valid PROXY header");
-                return;
-            }
-        }
-    }
     let activity = Arc::new(ConnectionActivity::new());
     let io = ClientIo::new(stream, prefix, options.max_header_bytes, activity.clone());
     let handler = listener.handler.clone();
@@ -312,9 +294,55 @@ async fn serve_connection<F, Fut, B>(
         respond(request, handler.clone(), requests.request_started(), info)
     });
     let connection = listener.builder.serve_connection(TokioIo::new(io), service);
-    tokio::pin!(connection);
-    let timeouts = options.timeouts();
     let stopping = listener.shutdown.clone().wait();
+    supervise(connection, &activity, options.timeouts(), stopping, peer).await;
+}
+
+/// Who the client is: from the PROXY header when the listener requires one (with the bytes
+/// read past it), else the connection's own addresses. `None` closes the connection.
+async fn client_info(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    options: &ListenerOptions,
+) -> Option<(ClientInfo, Bytes)> {
+    let server = stream.local_addr().unwrap_or(peer);
+    let mut info = ClientInfo {
+        peer,
+        client: peer,
+        server,
+    };
+    if !options.proxy_protocol {
+        return Some((info, Bytes::new()));
+    }
+    match proxy_protocol::read_header(stream, options.client_header_timeout).await {
+        Ok(header) => {
+            if let Some((client, server)) = header.addresses {
+                info.client = client;
+                info.server = server;
+            }
+            Some((info, header.rest))
+        }
+        Err(error) => {
+            tracing::debug!(%peer, %error, "closed a connection without a valid PROXY header");
+            None
+        }
+    }
+}
+
+/// Drives `connection` to its end while holding it to the client limits: a head late, a
+/// response unread or a client cancelling everything closes it at once; idleness and the
+/// listener stopping close it gracefully.
+async fn supervise<C>(
+    connection: C,
+    activity: &ConnectionActivity,
+    timeouts: ClientTimeouts,
+    stopping: impl Future<Output = ()>,
+    peer: SocketAddr,
+) where
+    C: GracefulConnection,
+    C::Error: std::fmt::Display,
+{
+    tokio::pin!(connection);
     tokio::pin!(stopping);
     let mut closing = false;
     loop {
