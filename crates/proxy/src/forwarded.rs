@@ -155,7 +155,7 @@ impl Forwarding {
 }
 
 /// A fresh random request id.
-pub(crate) fn new_request_id() -> HeaderValue {
+fn new_request_id() -> HeaderValue {
     let id = format!("{:032x}", fastrand::u128(..));
     HeaderValue::try_from(id).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }

@@ -32,7 +32,7 @@ pub use options::{
 pub use pipeline::{Proxy, ProxyBody};
 pub use runtime::{ProxyCounters, Runtime};
 pub use server::{
-    serve, ClientInfo, ListenerOptions, Phase, ServedBody, ShutdownSignal, ShutdownTrigger,
+    serve, ClientInfo, ListenerOptions, Phase, ShutdownSignal, ShutdownTrigger,
     DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_CLIENT_HEADER_TIMEOUT, DEFAULT_CLIENT_IDLE_TIMEOUT,
     DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES,
 };

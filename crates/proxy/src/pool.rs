@@ -120,20 +120,12 @@ impl ConnectionPool {
         }
     }
 
-    /// Closes the idle connections that expired by `now` or that the endpoint closed.
+    /// Closes the idle connections that expired by `now` or that the endpoint closed: dropping
+    /// the last sender of an idle HTTP/1.1 connection makes hyper close it.
     pub(crate) fn reap(&self, now: Instant) {
-        let expired: Vec<Idle> = match self.idle.lock() {
-            Ok(mut idle) => {
-                let (keep, expired) = std::mem::take(&mut *idle)
-                    .into_iter()
-                    .partition(|entry| now < entry.expires && !entry.sender.is_closed());
-                *idle = keep;
-                expired
-            }
-            Err(_) => return,
-        };
-        // Dropping the last sender of an idle HTTP/1.1 connection makes hyper close it.
-        drop(expired);
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.retain(|entry| now < entry.expires && !entry.sender.is_closed());
+        }
     }
 
     /// How many idle connections the pool holds.
@@ -151,6 +143,7 @@ impl ConnectionPool {
             Ok(mut idle) => std::mem::take(&mut *idle),
             Err(_) => return,
         };
+        // Dropping the last sender of an idle HTTP/1.1 connection makes hyper close it.
         drop(closing);
     }
 }

@@ -186,7 +186,7 @@ impl ListenerOptions {
 
 /// The response body a listener sends: the handler's, or its own refusal, holding the
 /// request's place on the connection until it ends.
-pub struct ServedBody<B> {
+pub(crate) struct ServedBody<B> {
     inner: Either<B, Full<Bytes>>,
     _request: RequestActivity,
 }
