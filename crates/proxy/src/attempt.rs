@@ -38,7 +38,7 @@ use crate::balance::{Candidates, RequestKey};
 use crate::body::{ClientBodyError, RequestBody, UploadProgress, UpstreamBody};
 use crate::error::ProxyError;
 use crate::health::{Admission, InFlight, TrialGuard};
-use crate::pool::{keep_alive_for, Connection, ConnectionPool};
+use crate::pool::{keep_alive_for, Checkin, Connection};
 use crate::runtime::{EndpointRuntime, Runtime};
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -57,6 +57,8 @@ pub(crate) struct Answer {
     pub(crate) response: Response<Incoming>,
     pub(crate) in_flight: InFlight,
     pub(crate) endpoint: Endpoint,
+    /// The connection, to go back to its pool when the response body ends.
+    pub(crate) checkin: Checkin,
 }
 
 /// How an attempt failed, which decides whether another may follow and what it costs.
@@ -85,6 +87,8 @@ enum Exchanged {
 /// The next endpoint to try.
 struct Pick {
     endpoint: Endpoint,
+    /// The endpoint's connections and health, as attached to its set.
+    runtime: Arc<EndpointRuntime>,
     /// Whether the attempt needs a new connection (not a pooled one).
     fresh: bool,
     /// The claim when this attempt is an ejected endpoint's trial; it always resolves.
@@ -146,7 +150,7 @@ impl<'a> Exchange<'a> {
 
     /// Tries candidates until one answers in a way that is not retried, or the rules stop it.
     pub(crate) async fn run(mut self) -> Result<Answer, ProxyError> {
-        let budget = self.settings.runtime.budget(self.backend.id());
+        let budget = self.settings.runtime.budget(self.backend);
         budget.record_request(self.started);
         let mut last_error = ProxyError::NoEndpoints;
         let mut held: Option<Answer> = None;
@@ -160,9 +164,9 @@ impl<'a> Exchange<'a> {
                 self.settings.runtime.counters.retries.inc();
             }
             self.attempts += 1;
-            let outcome = self.attempt(&pick.endpoint, pick.fresh).await;
+            let outcome = self.attempt(&pick).await;
             if let Some(trial) = pick.trial {
-                self.settle_trial(trial, &pick.endpoint, &outcome);
+                self.settle_trial(trial, &pick.runtime, &outcome);
             }
             self.last_reached = matches!(
                 outcome,
@@ -194,14 +198,14 @@ impl<'a> Exchange<'a> {
     fn settle_trial(
         &self,
         trial: TrialGuard,
-        endpoint: &Endpoint,
+        runtime: &Arc<EndpointRuntime>,
         outcome: &Result<Answer, Failure>,
     ) {
         match outcome {
             Ok(_) => trial.alive(),
             Err(Failure::Client(_)) => drop(trial),
             Err(_) => {
-                let may_eject = self.ejected_besides(endpoint) < self.set.eligible().len() / 2;
+                let may_eject = self.ejected_besides(runtime) < self.set.eligible().len() / 2;
                 if trial.failed(Instant::now(), may_eject) {
                     self.settings.runtime.counters.ejections.inc();
                 }
@@ -224,20 +228,18 @@ impl<'a> Exchange<'a> {
             // One address (a ClusterIP or a DNS name): retry it on a new connection, so
             // kube-proxy or DNS may choose another pod.
             let endpoint = self.set.eligible().first()?.clone();
+            let runtime = self.settings.runtime.endpoint_at(&self.set, 0, &endpoint);
             let fresh = self.attempts > 0;
             return tries_left.then_some(Pick {
                 endpoint,
+                runtime,
                 fresh,
                 trial: None,
             });
         }
         if let Some(pinned) = self.pinned.take() {
-            if let Some(trial) = self.admit(&pinned) {
-                return Some(Pick {
-                    endpoint: pinned,
-                    fresh: false,
-                    trial,
-                });
+            if let Some(pick) = self.pinned_pick(pinned) {
+                return Some(pick);
             }
         }
         if tries_left {
@@ -248,19 +250,26 @@ impl<'a> Exchange<'a> {
         self.fallback()
     }
 
-    /// `None` when the endpoint is ejected; else whether this request is its trial.
-    fn admit(&self, endpoint: &Endpoint) -> Option<Option<TrialGuard>> {
-        let stats = &self.settings.runtime.endpoint(endpoint).stats;
-        match stats.admit(Instant::now()) {
-            Admission::Open => Some(None),
-            Admission::Trial(trial) => Some(Some(trial)),
-            Admission::Ejected => None,
-        }
+    /// The session's endpoint, unless it is ejected.
+    fn pinned_pick(&self, endpoint: Endpoint) -> Option<Pick> {
+        let position = self.set.position(&endpoint)?;
+        let runtime = self
+            .settings
+            .runtime
+            .endpoint_at(&self.set, position, &endpoint);
+        let trial = admit(&runtime)?;
+        Some(Pick {
+            endpoint,
+            runtime,
+            fresh: false,
+            trial,
+        })
     }
 
     fn next_candidate(&mut self) -> Option<Pick> {
         let set = self.set.clone();
         let eligible = set.eligible();
+        let runtimes = self.settings.runtime.attach(&set);
         if self.candidates.is_none() {
             let key = RequestKey {
                 parts: &self.parts,
@@ -270,20 +279,22 @@ impl<'a> Exchange<'a> {
                 &self.policy.balancer,
                 self.backend,
                 eligible,
+                runtimes,
                 &key,
-                self.settings.runtime,
             ));
         }
         loop {
-            let endpoint = self
-                .candidates
-                .as_mut()?
-                .next(eligible, &self.skip)?
-                .clone();
-            match self.admit(&endpoint) {
+            let position = self.candidates.as_mut()?.next(eligible, &self.skip)?;
+            let endpoint = eligible[position].clone();
+            let runtime = match runtimes.get(position) {
+                Some(runtime) => runtime.clone(),
+                None => self.settings.runtime.endpoint(&endpoint),
+            };
+            match admit(&runtime) {
                 Some(trial) => {
                     return Some(Pick {
                         endpoint,
+                        runtime,
                         fresh: false,
                         trial,
                     })
@@ -305,21 +316,27 @@ impl<'a> Exchange<'a> {
         self.fallback_used = true;
         self.settings.runtime.counters.fallbacks.inc();
         let endpoint = self.policy.fallback.clone()?;
+        let runtime = self.settings.runtime.endpoint(&endpoint);
         Some(Pick {
             endpoint,
+            runtime,
             fresh: false,
             trial: None,
         })
     }
 
-    async fn attempt(&mut self, endpoint: &Endpoint, fresh: bool) -> Result<Answer, Failure> {
+    async fn attempt(&mut self, pick: &Pick) -> Result<Answer, Failure> {
+        let (endpoint, runtime) = (&pick.endpoint, &pick.runtime);
         self.skip.push(endpoint.clone());
-        let runtime = self.settings.runtime.endpoint(endpoint);
         let in_flight = runtime.stats.begin();
-        let pooled = if fresh { None } else { runtime.pool.checkout() };
+        let pooled = if pick.fresh {
+            None
+        } else {
+            runtime.pool.checkout()
+        };
         let mut connection = match pooled {
             Some(connection) => connection,
-            None => self.connect(endpoint, &runtime).await?,
+            None => self.connect(endpoint, runtime).await?,
         };
         let mut resent_on_new_connection = false;
         loop {
@@ -336,25 +353,28 @@ impl<'a> Exchange<'a> {
                 .await
             {
                 Ok(response) => {
-                    runtime.stats.record_latency(sent.elapsed());
+                    let now = Instant::now();
+                    runtime.stats.record_latency(now - sent, now);
                     let keep_for =
                         keep_alive_for(response.headers(), self.settings.upstream_idle_timeout);
-                    ConnectionPool::check_in_when_ready(runtime.pool.clone(), connection, keep_for);
                     return Ok(Answer {
                         response,
                         in_flight,
                         endpoint: endpoint.clone(),
+                        checkin: Checkin::new(runtime.pool.clone(), connection, keep_for),
                     });
                 }
                 Err(Exchanged::Unsent(request, error)) => {
-                    self.body.restore(request.into_body());
+                    let (parts, body) = request.into_parts();
+                    self.parts.headers = parts.headers;
+                    self.body.restore(body);
                     if !connection.reused {
                         return Err(Failure::NotSent(error));
                     }
                     // The endpoint closed this idle connection: take another one.
                     connection = match runtime.pool.checkout() {
                         Some(connection) => connection,
-                        None => self.connect(endpoint, &runtime).await?,
+                        None => self.connect(endpoint, runtime).await?,
                     };
                 }
                 Err(Exchanged::Failed(error)) => {
@@ -375,7 +395,7 @@ impl<'a> Exchange<'a> {
                         .counters
                         .stale_connection_resends
                         .inc();
-                    connection = self.connect(endpoint, &runtime).await?;
+                    connection = self.connect(endpoint, runtime).await?;
                 }
                 Err(Exchanged::TimedOut(error)) => return Err(Failure::TimedOut(error)),
             }
@@ -423,7 +443,7 @@ impl<'a> Exchange<'a> {
     async fn connect(
         &self,
         endpoint: &Endpoint,
-        runtime: &EndpointRuntime,
+        runtime: &Arc<EndpointRuntime>,
     ) -> Result<Connection, Failure> {
         let authority = endpoint.authority().as_str();
         match runtime
@@ -436,7 +456,7 @@ impl<'a> Exchange<'a> {
                 Ok(connection)
             }
             Err(error) => {
-                self.record_connect_failure(endpoint, runtime);
+                self.record_connect_failure(runtime);
                 match error {
                     ProxyError::ConnectTimeout => Err(Failure::ConnectTimedOut),
                     error => Err(Failure::NotSent(error)),
@@ -447,8 +467,8 @@ impl<'a> Exchange<'a> {
 
     /// Counts a failed connect and ejects the endpoint when it is due and its backend can
     /// spare it: at most half of the eligible endpoints are ejected at once.
-    fn record_connect_failure(&self, endpoint: &Endpoint, runtime: &EndpointRuntime) {
-        let may_eject = self.ejected_besides(endpoint) < self.set.eligible().len() / 2;
+    fn record_connect_failure(&self, runtime: &Arc<EndpointRuntime>) {
+        let may_eject = self.ejected_besides(runtime) < self.set.eligible().len() / 2;
         if runtime
             .stats
             .record_connect_failure(Instant::now(), may_eject)
@@ -459,23 +479,37 @@ impl<'a> Exchange<'a> {
 
     /// How many eligible endpoints other than `endpoint` are out of rotation, counting those
     /// whose ejection ran out but whose trial has not brought them back.
-    fn ejected_besides(&self, endpoint: &Endpoint) -> usize {
-        self.set
-            .eligible()
+    fn ejected_besides(&self, runtime: &Arc<EndpointRuntime>) -> usize {
+        let eligible = self.set.eligible().len();
+        self.settings
+            .runtime
+            .attach(&self.set)
             .iter()
-            .filter(|e| *e != endpoint && self.settings.runtime.endpoint(e).stats.is_ejected())
+            .take(eligible)
+            .filter(|other| !Arc::ptr_eq(other, runtime) && other.stats.is_ejected())
             .count()
     }
 
     /// The request for one attempt: the prepared head (origin-form target, this hop's
-    /// headers) with this attempt's body.
-    fn upstream_request(&self, body: UpstreamBody) -> Request<UpstreamBody> {
+    /// headers) with this attempt's body. The headers are copied only when the request might
+    /// be sent again after this attempt reached its endpoint; otherwise they move.
+    fn upstream_request(&mut self, body: UpstreamBody) -> Request<UpstreamBody> {
         let mut request = Request::new(body);
         *request.method_mut() = self.parts.method.clone();
         *request.uri_mut() = self.parts.uri.clone();
         *request.version_mut() = Version::HTTP_11;
-        *request.headers_mut() = self.parts.headers.clone();
+        *request.headers_mut() = if self.could_send_again() {
+            self.parts.headers.clone()
+        } else {
+            std::mem::take(&mut self.parts.headers)
+        };
         request
+    }
+
+    /// Whether the request may go out again once it reached an endpoint: to another endpoint
+    /// under the retry rules, or to the same one when its pooled connection was stale.
+    fn could_send_again(&self) -> bool {
+        self.body.is_replayable() && (resendable(&self.parts) || self.may_resend())
     }
 
     /// Whether a response with a retryable status should be held while another endpoint is
@@ -499,6 +533,15 @@ impl<'a> Exchange<'a> {
     /// Whether a request that reached an endpoint may be sent to another.
     fn may_resend(&self) -> bool {
         may_resend(&self.parts, self.policy) && self.body.is_replayable()
+    }
+}
+
+/// `None` when the endpoint is ejected; else whether this request is its trial.
+fn admit(runtime: &Arc<EndpointRuntime>) -> Option<Option<TrialGuard>> {
+    match runtime.stats.admit(Instant::now()) {
+        Admission::Open => Some(None),
+        Admission::Trial(trial) => Some(Some(trial)),
+        Admission::Ejected => None,
     }
 }
 

@@ -2,11 +2,13 @@
 
 use std::net::IpAddr;
 
+use std::sync::Arc;
+
 use http::header::HOST;
 use http::request::Parts;
-use sluice_routing::{Backend, Balancer, Endpoint, HashKey};
+use sluice_routing::{stable_hash, Backend, Balancer, Endpoint, HashKey};
 
-use crate::runtime::Runtime;
+use crate::runtime::EndpointRuntime;
 use crate::sticky::request_cookie;
 
 /// The order in which a request tries a backend's eligible endpoints.
@@ -36,13 +38,14 @@ pub(crate) struct RequestKey<'r> {
 }
 
 impl Candidates {
-    /// The order for one request over `eligible`, the endpoints taking new requests.
+    /// The order for one request over `eligible`, the endpoints taking new requests, whose
+    /// runtime state `runtimes` holds in the same order.
     pub(crate) fn new(
         balancer: &Balancer,
         backend: &Backend,
         eligible: &[Endpoint],
+        runtimes: &[Arc<EndpointRuntime>],
         request: &RequestKey<'_>,
-        runtime: &Runtime,
     ) -> Self {
         let count = eligible.len().max(1);
         let rotation = || Order::Rotation {
@@ -51,7 +54,7 @@ impl Candidates {
         let order = match balancer {
             Balancer::RoundRobin => rotation(),
             Balancer::LeastRequest | Balancer::Ewma if eligible.len() >= 2 => {
-                two_choices(balancer, eligible, runtime)
+                two_choices(balancer, eligible.len(), runtimes)
             }
             Balancer::LeastRequest | Balancer::Ewma => rotation(),
             Balancer::Hash(key) => match hash_key(key, request) {
@@ -62,18 +65,14 @@ impl Candidates {
         Self { order, produced: 0 }
     }
 
-    /// The next candidate not in `skip`, or `None` when every endpoint was produced.
-    pub(crate) fn next<'e>(
-        &mut self,
-        eligible: &'e [Endpoint],
-        skip: &[Endpoint],
-    ) -> Option<&'e Endpoint> {
+    /// The position in `eligible` of the next candidate not in `skip`, or `None` when every
+    /// endpoint was produced.
+    pub(crate) fn next(&mut self, eligible: &[Endpoint], skip: &[Endpoint]) -> Option<usize> {
         while self.produced < eligible.len() {
             let index = self.index(eligible, skip)?;
             self.produced += 1;
-            let endpoint = &eligible[index];
-            if !skip.contains(endpoint) {
-                return Some(endpoint);
+            if !skip.contains(&eligible[index]) {
+                return Some(index);
             }
         }
         None
@@ -105,19 +104,20 @@ impl Candidates {
     }
 }
 
-/// Power of two choices: two distinct random endpoints, the less loaded first.
-fn two_choices(balancer: &Balancer, eligible: &[Endpoint], runtime: &Runtime) -> Order {
-    let count = eligible.len();
+/// Power of two choices: two distinct random endpoints of `count`, the less loaded first.
+fn two_choices(balancer: &Balancer, count: usize, runtimes: &[Arc<EndpointRuntime>]) -> Order {
     let a = fastrand::usize(..count);
     let mut b = fastrand::usize(..count - 1);
     if b >= a {
         b += 1;
     }
     let load = |index: usize| {
-        let stats = runtime.endpoint(&eligible[index]).stats.clone();
+        let Some(runtime) = runtimes.get(index) else {
+            return 0.0;
+        };
         match balancer {
-            Balancer::Ewma => stats.ewma_score(),
-            _ => f64::from(stats.in_flight()),
+            Balancer::Ewma => runtime.stats.ewma_score(),
+            _ => f64::from(runtime.stats.in_flight()),
         }
     };
     let (first, second) = if load(b) < load(a) { (b, a) } else { (a, b) };
@@ -131,31 +131,31 @@ fn two_choices(balancer: &Balancer, eligible: &[Endpoint], runtime: &Runtime) ->
 /// The hash of the request's key, or `None` when the request does not carry it.
 fn hash_key(key: &HashKey, request: &RequestKey<'_>) -> Option<u64> {
     let parts = request.parts;
-    let bytes: Vec<u8> = match key {
-        HashKey::ClientAddress => request.client.to_string().into_bytes(),
-        HashKey::Header(name) => parts.headers.get(name)?.as_bytes().to_vec(),
-        HashKey::Cookie(name) => request_cookie(&parts.headers, name)?.as_bytes().to_vec(),
-        HashKey::RequestUri => parts.uri.path_and_query()?.as_str().as_bytes().to_vec(),
-        HashKey::Path => parts.uri.path().as_bytes().to_vec(),
+    let hash = match key {
+        HashKey::ClientAddress => {
+            let mut text = [0u8; 48];
+            let mut cursor = std::io::Cursor::new(&mut text[..]);
+            std::io::Write::write_fmt(&mut cursor, format_args!("{}", request.client)).ok()?;
+            let written = cursor.position() as usize;
+            stable_hash(&text[..written])
+        }
+        HashKey::Header(name) => stable_hash(parts.headers.get(name)?.as_bytes()),
+        HashKey::Cookie(name) => stable_hash(request_cookie(&parts.headers, name)?.as_bytes()),
+        HashKey::RequestUri => stable_hash(parts.uri.path_and_query()?.as_str().as_bytes()),
+        HashKey::Path => stable_hash(parts.uri.path().as_bytes()),
         HashKey::Host => match parts.uri.authority() {
-            Some(authority) => authority.host().as_bytes().to_vec(),
-            None => parts.headers.get(HOST)?.as_bytes().to_vec(),
+            Some(authority) => stable_hash(authority.host().as_bytes()),
+            None => stable_hash(parts.headers.get(HOST)?.as_bytes()),
         },
     };
-    Some(fnv1a(&bytes))
+    Some(hash)
 }
 
 /// Rendezvous (highest random weight) score of an endpoint for a key: removing or adding an
 /// endpoint moves only the keys whose highest score it had or now has.
+/// The endpoint's hash is computed once, when the endpoint is made.
 fn rendezvous_score(key: u64, endpoint: &Endpoint) -> u64 {
-    mix(key ^ mix(fnv1a(endpoint.authority().as_str().as_bytes())))
-}
-
-/// 64-bit FNV-1a: stable across builds and replicas, so every replica maps a key alike.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    })
+    mix(key ^ mix(endpoint.stable_hash()))
 }
 
 /// MurmurHash3's 64-bit finaliser, to spread FNV's output over all bits.

@@ -17,6 +17,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::error::ProxyError;
 use crate::health::InFlight;
+use crate::pool::Checkin;
 
 /// Request bodies up to this size are buffered so an attempt can be replayed on another endpoint.
 pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
@@ -337,14 +338,36 @@ pub struct TrackedBody {
     inner: Incoming,
     idle: IdleTimer,
     _in_flight: InFlight,
+    /// The upstream connection, returned to its pool once the body has ended.
+    checkin: Option<Checkin>,
+    ended: bool,
 }
 
 impl TrackedBody {
-    pub(crate) fn new(inner: Incoming, in_flight: InFlight, idle: Duration) -> Self {
+    pub(crate) fn new(
+        inner: Incoming,
+        in_flight: InFlight,
+        idle: Duration,
+        checkin: Checkin,
+    ) -> Self {
         Self {
             inner,
             idle: IdleTimer::new(idle),
             _in_flight: in_flight,
+            checkin: Some(checkin),
+            ended: false,
+        }
+    }
+}
+
+/// A body read to its end gives its connection back; one dropped half-way takes its
+/// connection with it (hyper closes a connection whose response was not read).
+impl Drop for TrackedBody {
+    fn drop(&mut self) {
+        if self.ended || self.inner.is_end_stream() {
+            if let Some(checkin) = self.checkin.take() {
+                checkin.response_ended();
+            }
         }
     }
 }
@@ -358,7 +381,11 @@ impl Body for TrackedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
-        poll_watched(&mut this.inner, &mut this.idle, cx).map_err(|error| match error {
+        let polled = poll_watched(&mut this.inner, &mut this.idle, cx);
+        if let Poll::Ready(None) = polled {
+            this.ended = true;
+        }
+        polled.map_err(|error| match error {
             Watched::Stalled => ResponseBodyError::Stalled,
             Watched::Failed(error) => ResponseBodyError::Read(error),
         })

@@ -1,6 +1,6 @@
 //! The retry budget: retries may add at most a fifth to a backend's requests over ten seconds.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Retries allowed per request sent, over the window.
@@ -10,17 +10,22 @@ const MIN_RETRIES_PER_SECOND: u64 = 10;
 const WINDOW: Duration = Duration::from_secs(10);
 const BUCKETS: usize = 10;
 
-/// Requests and retries of one backend in ten one-second buckets.
+/// Requests and retries of one backend in ten one-second buckets, lock-free: every request
+/// touches it, from every core. Each bucket remembers which second it counts; a bucket found
+/// holding an older second is cleared by the first request to reach it. Two requests racing to
+/// clear the same bucket may lose a count between them, which a budget can afford.
 #[derive(Debug)]
-pub(crate) struct RetryBudget(Mutex<Buckets>);
-
-#[derive(Debug)]
-struct Buckets {
+pub(crate) struct RetryBudget {
     origin: Instant,
-    /// Index (in seconds since `origin`) of the newest bucket.
-    newest: u64,
-    requests: [u64; BUCKETS],
-    retries: [u64; BUCKETS],
+    buckets: [Bucket; BUCKETS],
+}
+
+#[derive(Debug, Default)]
+struct Bucket {
+    /// The second (since `origin`) this bucket counts, plus one; 0 when unused.
+    second: AtomicU64,
+    requests: AtomicU64,
+    retries: AtomicU64,
 }
 
 impl Default for RetryBudget {
@@ -31,52 +36,65 @@ impl Default for RetryBudget {
 
 impl RetryBudget {
     fn starting_at(origin: Instant) -> Self {
-        Self(Mutex::new(Buckets {
+        Self {
             origin,
-            newest: 0,
-            requests: [0; BUCKETS],
-            retries: [0; BUCKETS],
-        }))
+            buckets: Default::default(),
+        }
     }
 
     /// Counts a request's first attempt.
     pub(crate) fn record_request(&self, now: Instant) {
-        if let Ok(mut buckets) = self.0.lock() {
-            let slot = buckets.advance(now);
-            buckets.requests[slot] += 1;
-        }
+        self.current(now).requests.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Takes one retry from the budget if any is left.
     pub(crate) fn try_retry(&self, now: Instant) -> bool {
-        let Ok(mut buckets) = self.0.lock() else {
-            return false;
-        };
-        let slot = buckets.advance(now);
-        let requests: u64 = buckets.requests.iter().sum();
-        let retries: u64 = buckets.retries.iter().sum();
+        let bucket = self.current(now);
+        let (requests, retries) = self.totals(now);
         let floor = MIN_RETRIES_PER_SECOND * WINDOW.as_secs();
         let allowed = floor.max((requests as f64 * RETRY_RATIO) as u64);
         if retries >= allowed {
             return false;
         }
-        buckets.retries[slot] += 1;
+        bucket.retries.fetch_add(1, Ordering::Relaxed);
         true
     }
-}
 
-impl Buckets {
-    /// Moves the window to `now`, clearing buckets that fell out; returns `now`'s bucket.
-    fn advance(&mut self, now: Instant) -> usize {
-        let second = now.saturating_duration_since(self.origin).as_secs();
-        let stale = second.saturating_sub(self.newest).min(BUCKETS as u64);
-        for step in 1..=stale {
-            let slot = ((self.newest + step) % BUCKETS as u64) as usize;
-            self.requests[slot] = 0;
-            self.retries[slot] = 0;
+    /// The bucket of `now`'s second, cleared first if it still held an older second. A `now`
+    /// a little older than another thread's counts into that thread's bucket.
+    fn current(&self, now: Instant) -> &Bucket {
+        let tag = self.second(now) + 1;
+        let bucket = &self.buckets[(tag % BUCKETS as u64) as usize];
+        let held = bucket.second.load(Ordering::Acquire);
+        if held < tag
+            && bucket
+                .second
+                .compare_exchange(held, tag, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            bucket.requests.store(0, Ordering::Relaxed);
+            bucket.retries.store(0, Ordering::Relaxed);
         }
-        self.newest = self.newest.max(second);
-        (second % BUCKETS as u64) as usize
+        bucket
+    }
+
+    /// Requests and retries counted in the window that ends at `now`.
+    fn totals(&self, now: Instant) -> (u64, u64) {
+        let newest = self.second(now) + 1;
+        let oldest = newest.saturating_sub(BUCKETS as u64 - 1);
+        self.buckets
+            .iter()
+            .filter(|bucket| (oldest..=newest).contains(&bucket.second.load(Ordering::Acquire)))
+            .fold((0, 0), |(requests, retries), bucket| {
+                (
+                    requests + bucket.requests.load(Ordering::Relaxed),
+                    retries + bucket.retries.load(Ordering::Relaxed),
+                )
+            })
+    }
+
+    fn second(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.origin).as_secs()
     }
 }
 
@@ -117,5 +135,42 @@ mod tests {
             100,
             "old retries left the window"
         );
+    }
+
+    #[test]
+    fn requests_of_the_last_ten_seconds_count_and_older_ones_do_not() {
+        let start = Instant::now();
+        let budget = RetryBudget::starting_at(start);
+        for second in 0..20 {
+            for _ in 0..1_000 {
+                budget.record_request(start + Duration::from_secs(second));
+            }
+        }
+        let now = start + Duration::from_secs(19);
+        assert_eq!(budget.totals(now), (10_000, 0));
+        assert_eq!(granted(&budget, now, 10_000), 2_000);
+    }
+
+    #[test]
+    fn threads_counting_at_once_lose_nothing_within_a_second() {
+        let start = Instant::now();
+        let budget = std::sync::Arc::new(RetryBudget::starting_at(start));
+        budget.record_request(start);
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let budget = budget.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        budget.record_request(start);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread
+                .join()
+                .unwrap_or_else(|_| panic!("counting thread panicked"));
+        }
+        assert_eq!(budget.totals(start), (40_001, 0));
     }
 }

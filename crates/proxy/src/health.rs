@@ -1,7 +1,7 @@
 //! What the proxy has learnt about one endpoint from its own traffic: load, latency and passive health.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Consecutive failed connects that eject an endpoint.
@@ -12,20 +12,30 @@ const MAX_EJECTION: Duration = Duration::from_secs(30);
 /// How fast the latency average forgets: the decay time constant of peak EWMA.
 const EWMA_DECAY: Duration = Duration::from_secs(10);
 
-/// Load, latency and health of one endpoint.
+/// Load, latency and health of one endpoint. What every request reads or writes is atomic;
+/// only a change of health takes the lock.
 #[derive(Debug, Default)]
 pub(crate) struct EndpointStats {
     in_flight: AtomicU32,
-    latency: Mutex<PeakEwma>,
+    latency: PeakEwma,
+    /// Mirrors `health.ejected_until.is_some()`, so that admitting a request to a healthy
+    /// endpoint takes no lock.
+    out_of_rotation: AtomicBool,
     health: Mutex<Health>,
 }
 
+/// The peak-EWMA latency, lock-free. Two samples folded in at once may lose one of them,
+/// which an average can afford.
 #[derive(Debug, Default)]
 struct PeakEwma {
-    /// Nanoseconds; 0 until the first sample.
-    value: f64,
-    updated: Option<Instant>,
+    /// Nanoseconds as `f64` bits; 0 until the first sample.
+    value: AtomicU64,
+    /// When the value last changed, in nanoseconds since [`EPOCH`] (0: never).
+    updated: AtomicU64,
 }
+
+/// The origin of the latency average's timestamps.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 #[derive(Debug, Default)]
 struct Health {
@@ -61,33 +71,35 @@ impl EndpointStats {
     /// Peak-EWMA score: the latency average times the requests in flight (plus this one).
     /// Endpoints with no latency sample yet score 0, so new endpoints get tried.
     pub(crate) fn ewma_score(&self) -> f64 {
-        let latency = self.latency.lock().map(|l| l.value).unwrap_or(0.0);
+        let latency = f64::from_bits(self.latency.value.load(Ordering::Relaxed));
         latency * f64::from(self.in_flight() + 1)
     }
 
-    /// Folds in the time one response took to start.
-    pub(crate) fn record_latency(&self, sample: Duration) {
-        let Ok(mut latency) = self.latency.lock() else {
-            return;
-        };
-        let now = Instant::now();
+    /// Folds in the time one response took to start, at `now`.
+    pub(crate) fn record_latency(&self, sample: Duration, now: Instant) {
+        let now = now.saturating_duration_since(*EPOCH).as_nanos() as u64 + 1;
         let sample = sample.as_nanos() as f64;
-        latency.value = match latency.updated {
-            Some(updated) if sample < latency.value => {
-                let elapsed = now.saturating_duration_since(updated).as_secs_f64();
-                let weight = (-elapsed / EWMA_DECAY.as_secs_f64()).exp();
-                latency.value * weight + sample * (1.0 - weight)
-            }
+        let value = f64::from_bits(self.latency.value.load(Ordering::Relaxed));
+        let updated = self.latency.updated.load(Ordering::Relaxed);
+        let next = if updated != 0 && sample < value {
+            let elapsed = now.saturating_sub(updated) as f64 / 1e9;
+            let weight = (-elapsed / EWMA_DECAY.as_secs_f64()).exp();
+            value * weight + sample * (1.0 - weight)
+        } else {
             // Peak: a slower sample replaces the average at once.
-            _ => sample,
+            sample
         };
-        latency.updated = Some(now);
+        self.latency.value.store(next.to_bits(), Ordering::Relaxed);
+        self.latency.updated.store(now, Ordering::Relaxed);
     }
 
     /// Whether this endpoint may take a request now. When an ejection has run out, the first
     /// request to ask claims the trial; until the trial's guard resolves, others are kept away.
     pub(crate) fn admit(self: &Arc<Self>, now: Instant) -> Admission {
-        let Ok(mut health) = self.health.lock() else {
+        if !self.out_of_rotation.load(Ordering::Acquire) {
+            return Admission::Open;
+        }
+        let Some(mut health) = self.health() else {
             return Admission::Open;
         };
         match health.ejected_until {
@@ -106,20 +118,28 @@ impl EndpointStats {
     /// Whether the endpoint is out of rotation: ejected, or past its ejection but not yet
     /// proven by a trial. This is what the "at most half ejected" cap counts.
     pub(crate) fn is_ejected(&self) -> bool {
-        self.health.lock().is_ok_and(|h| h.ejected_until.is_some())
+        self.out_of_rotation.load(Ordering::Acquire)
     }
 
     /// A connection was set up: failed connects count from zero again.
     pub(crate) fn record_connect_success(&self) {
-        if let Ok(mut health) = self.health.lock() {
+        if let Some(mut health) = self.health() {
             health.consecutive_failures = 0;
         }
+    }
+
+    /// The health record, locked; the guard keeps `out_of_rotation` in step when it drops.
+    fn health(&self) -> Option<HealthGuard<'_>> {
+        Some(HealthGuard {
+            health: self.health.lock().ok()?,
+            out_of_rotation: &self.out_of_rotation,
+        })
     }
 
     /// A connect failed. Returns `true` when this failure ejects the endpoint; `may_eject`
     /// says whether its backend can spare one more ejected endpoint.
     pub(crate) fn record_connect_failure(&self, now: Instant, may_eject: bool) -> bool {
-        let Ok(mut health) = self.health.lock() else {
+        let Some(mut health) = self.health() else {
             return false;
         };
         health.consecutive_failures += 1;
@@ -129,6 +149,34 @@ impl EndpointStats {
         }
         health.eject(now);
         true
+    }
+}
+
+/// The locked health record of an endpoint. Whatever the holder changed, the endpoint's
+/// lock-free "out of rotation" flag agrees with it once the guard drops.
+struct HealthGuard<'s> {
+    health: MutexGuard<'s, Health>,
+    out_of_rotation: &'s AtomicBool,
+}
+
+impl std::ops::Deref for HealthGuard<'_> {
+    type Target = Health;
+
+    fn deref(&self) -> &Health {
+        &self.health
+    }
+}
+
+impl std::ops::DerefMut for HealthGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Health {
+        &mut self.health
+    }
+}
+
+impl Drop for HealthGuard<'_> {
+    fn drop(&mut self) {
+        let out = self.health.ejected_until.is_some();
+        self.out_of_rotation.store(out, Ordering::Release);
     }
 }
 
@@ -154,7 +202,7 @@ impl TrialGuard {
     /// The endpoint answered (any HTTP response): it is back in rotation.
     pub(crate) fn alive(mut self) {
         if let Some(stats) = self.stats.take() {
-            if let Ok(mut health) = stats.health.lock() {
+            if let Some(mut health) = stats.health() {
                 *health = Health::default();
             }
         }
@@ -167,7 +215,7 @@ impl TrialGuard {
         let Some(stats) = self.stats.take() else {
             return false;
         };
-        let Ok(mut health) = stats.health.lock() else {
+        let Some(mut health) = stats.health() else {
             return false;
         };
         if may_eject {
@@ -183,7 +231,7 @@ impl TrialGuard {
 impl Drop for TrialGuard {
     fn drop(&mut self) {
         if let Some(stats) = self.stats.take() {
-            if let Ok(mut health) = stats.health.lock() {
+            if let Some(mut health) = stats.health() {
                 health.trial_in_flight = false;
             }
         }
@@ -304,12 +352,12 @@ mod tests {
     #[test]
     fn ewma_jumps_to_a_slow_peak_and_decays_towards_fast_samples() {
         let stats = EndpointStats::default();
-        stats.record_latency(Duration::from_millis(10));
-        stats.record_latency(Duration::from_millis(100));
+        let start = Instant::now();
+        stats.record_latency(Duration::from_millis(10), start);
+        stats.record_latency(Duration::from_millis(100), start);
         let peak = stats.ewma_score();
         assert!((peak - 100e6).abs() < 1.0, "peak {peak}");
-        std::thread::sleep(Duration::from_millis(20));
-        stats.record_latency(Duration::from_millis(1));
+        stats.record_latency(Duration::from_millis(1), start + Duration::from_millis(20));
         let decayed = stats.ewma_score();
         assert!(decayed < peak && decayed > 1e6, "decayed {decayed}");
     }

@@ -69,10 +69,12 @@ impl Proxy {
         let forwarding =
             Forwarding::decide(request.headers(), &client, &self.options.trusted_proxies);
         let request_id = forwarding.request_id(request.headers());
-        let mut response = match self
-            .forward(request, &client, &forwarding, &request_id)
-            .await
-        {
+        // Boxed: the forwarding future is large (4.8 KB), and hyper keeps the handler's
+        // future in a per-connection box while the connection lives. Boxing it here makes
+        // that 1.2 KB, and a moved future is a pointer rather than a copy (perf showed 4 % of
+        // the CPU in memmove before).
+        let forward = Box::pin(self.forward(request, &client, &forwarding, &request_id));
+        let mut response = match forward.await {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(client = %client.client, %error, source = ?std::error::Error::source(&error), "answered by proxy");
@@ -162,6 +164,7 @@ impl Proxy {
             mut response,
             in_flight,
             endpoint,
+            checkin,
         } = answer;
         strip_hop_by_hop(response.headers_mut());
         let repinned = session != Some(&endpoint);
@@ -172,7 +175,7 @@ impl Proxy {
             }
         }
         let idle = self.options.body_idle_timeout;
-        response.map(|body| Either::Left(TrackedBody::new(body, in_flight, idle)))
+        response.map(|body| Either::Left(TrackedBody::new(body, in_flight, idle, checkin)))
     }
 }
 

@@ -13,8 +13,10 @@ use tokio::net::TcpStream;
 use crate::body::UpstreamBody;
 use crate::error::ProxyError;
 
-/// Idle connections kept per endpoint; more are closed when their response ends.
-const MAX_IDLE: usize = 256;
+/// Idle connections kept per endpoint; more are closed when their response ends. As many as
+/// nginx's `keepalive` in the benchmark, so that 500 busy clients on one endpoint keep reusing
+/// their connections.
+const MAX_IDLE: usize = 1024;
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// A connection ready to carry one request, tagged with the pool generation it belongs to.
@@ -90,21 +92,6 @@ impl ConnectionPool {
         })
     }
 
-    /// Keeps the connection for up to `keep_for` once its response has ended, unless the
-    /// pool retired since it was opened or is full.
-    pub(crate) fn check_in_when_ready(
-        pool: Arc<Self>,
-        mut connection: Connection,
-        keep_for: Duration,
-    ) {
-        tokio::spawn(async move {
-            if connection.sender.ready().await.is_err() {
-                return;
-            }
-            pool.keep(connection, Instant::now() + keep_for);
-        });
-    }
-
     fn keep(&self, connection: Connection, expires: Instant) {
         if connection.generation != self.generation.load(Ordering::Acquire) {
             return;
@@ -145,6 +132,48 @@ impl ConnectionPool {
         };
         // Dropping the last sender of an idle HTTP/1.1 connection makes hyper close it.
         drop(closing);
+    }
+}
+
+/// A connection whose response is on its way to the client, and the pool it returns to when
+/// the response body has ended.
+pub(crate) struct Checkin {
+    pool: Arc<ConnectionPool>,
+    connection: Connection,
+    keep_for: Duration,
+}
+
+impl Checkin {
+    pub(crate) fn new(
+        pool: Arc<ConnectionPool>,
+        connection: Connection,
+        keep_for: Duration,
+    ) -> Self {
+        Self {
+            pool,
+            connection,
+            keep_for,
+        }
+    }
+
+    /// The response body has ended: the connection goes back to its pool. hyper has almost
+    /// always made it ready for the next request by then; when it has not, a task waits for
+    /// it, so the response path never does.
+    pub(crate) fn response_ended(self) {
+        let Self {
+            pool,
+            mut connection,
+            keep_for,
+        } = self;
+        if connection.sender.is_ready() {
+            pool.keep(connection, Instant::now() + keep_for);
+            return;
+        }
+        tokio::spawn(async move {
+            if connection.sender.ready().await.is_ok() {
+                pool.keep(connection, Instant::now() + keep_for);
+            }
+        });
     }
 }
 

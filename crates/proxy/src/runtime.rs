@@ -4,7 +4,7 @@ use std::sync::{Arc, RwLock};
 
 use hashbrown::{HashMap, HashSet};
 use prometheus_client::metrics::counter::Counter;
-use sluice_routing::{BackendId, Condition, Endpoint, EndpointSet, RoutingTable};
+use sluice_routing::{Backend, BackendId, Condition, Endpoint, EndpointSet, RoutingTable};
 
 use crate::budget::RetryBudget;
 use crate::health::EndpointStats;
@@ -16,6 +16,9 @@ pub(crate) struct EndpointRuntime {
     pub(crate) pool: Arc<ConnectionPool>,
     pub(crate) stats: Arc<EndpointStats>,
 }
+
+/// Each endpoint's runtime of one endpoint set, in the set's order, attached to the set.
+struct SetRuntime(Vec<Arc<EndpointRuntime>>);
 
 /// Counters of the data plane; the metrics registry holds clones that share the same values.
 #[derive(Debug, Default)]
@@ -34,7 +37,9 @@ pub struct ProxyCounters {
 }
 
 /// Runtime state keyed by endpoint address and backend id. Entries appear on first use and
-/// endpoints leave when their backend's set no longer lists them.
+/// endpoints leave when their backend's set no longer lists them. The maps are the registry;
+/// the request path reaches the same entries through the endpoint set and the backend, where
+/// they are attached when published, without a lookup.
 #[derive(Default)]
 pub struct Runtime {
     endpoints: RwLock<HashMap<Endpoint, Arc<EndpointRuntime>>>,
@@ -51,8 +56,37 @@ impl Runtime {
         get_or_insert(&self.endpoints, endpoint)
     }
 
-    pub(crate) fn budget(&self, backend: &BackendId) -> Arc<RetryBudget> {
-        get_or_insert(&self.budgets, backend)
+    /// The runtime of the endpoint at `position` in `set` ([`EndpointSet::position`]).
+    pub(crate) fn endpoint_at(
+        &self,
+        set: &EndpointSet,
+        position: usize,
+        endpoint: &Endpoint,
+    ) -> Arc<EndpointRuntime> {
+        match self.attach(set).get(position) {
+            Some(runtime) => runtime.clone(),
+            None => self.endpoint(endpoint),
+        }
+    }
+
+    /// Each endpoint's runtime, in the set's order; attached to the set on first use (the
+    /// publish path attaches it before any request sees the set).
+    pub(crate) fn attach<'s>(&self, set: &'s EndpointSet) -> &'s [Arc<EndpointRuntime>] {
+        set.runtime()
+            .get_or_attach(|| SetRuntime(set.iter().map(|e| self.endpoint(e)).collect()))
+            .map_or(&[], |attached| &attached.0)
+    }
+
+    /// The backend's retry budget, attached to the backend on first use. A recompiled backend
+    /// with the same id shares it.
+    pub(crate) fn budget<'b>(&self, backend: &'b Backend) -> &'b RetryBudget {
+        let attached = backend
+            .runtime()
+            .get_or_attach(|| get_or_insert(&self.budgets, backend.id()));
+        match attached {
+            Some(budget) => budget,
+            None => &UNATTACHED_BUDGET,
+        }
     }
 
     /// A backend's set changed from `old` to `new`: endpoints that stopped being ready have
@@ -121,6 +155,11 @@ impl Runtime {
         self.endpoints.read().ok()?.get(endpoint).cloned()
     }
 }
+
+/// A budget for a backend whose slot holds something else, which never happens: refuses
+/// nothing beyond the floor it shares with every such backend.
+static UNATTACHED_BUDGET: std::sync::LazyLock<RetryBudget> =
+    std::sync::LazyLock::new(RetryBudget::default);
 
 /// The entry for `key`, created on first use. Reads take the shared lock only.
 fn get_or_insert<K, V>(map: &RwLock<HashMap<K, Arc<V>>>, key: &K) -> Arc<V>

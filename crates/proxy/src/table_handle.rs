@@ -40,8 +40,14 @@ impl TableHandle {
         &self.runtime
     }
 
-    /// Publishes a new table; requests and connections in flight are untouched.
+    /// Publishes a new table; requests and connections in flight are untouched. The data
+    /// plane's runtime state is attached to the new backends and endpoint sets first, so the
+    /// request path finds it without a lookup.
     pub fn publish(&self, table: RoutingTable) {
+        for backend in table.backends() {
+            self.runtime.budget(backend);
+            self.runtime.attach(&backend.endpoints().load());
+        }
         let old = self.table.swap(Arc::new(table));
         let new = self.table.load();
         for backend in old.backends() {
@@ -83,6 +89,7 @@ impl TableHandle {
         if *backend.endpoints().load() == *endpoints {
             return false;
         }
+        self.runtime.attach(&endpoints);
         let old = backend.endpoints().swap(endpoints.clone());
         self.runtime.endpoints_changed(&old, &endpoints);
         true

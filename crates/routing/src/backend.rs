@@ -9,6 +9,8 @@ use hashbrown::HashMap;
 use http::uri::Authority;
 use serde::{Serialize, Serializer};
 
+use crate::attached::Attached;
+
 /// Stable identity of a backend across compiles: `namespace/service:port`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
@@ -54,12 +56,30 @@ impl fmt::Display for BackendMode {
 }
 
 /// One upstream address: `ip:port` for pods and ClusterIPs, `name:port` for ExternalName.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Endpoint(Authority);
+/// It carries a stable hash of the address, computed once, for consistent hashing.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    authority: Authority,
+    hash: u64,
+}
+
+impl PartialEq for Endpoint {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.authority == other.authority
+    }
+}
+
+impl Eq for Endpoint {}
+
+impl std::hash::Hash for Endpoint {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
 
 impl Ord for Endpoint {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.as_str().cmp(other.0.as_str())
+        self.authority.as_str().cmp(other.authority.as_str())
     }
 }
 
@@ -71,24 +91,38 @@ impl PartialOrd for Endpoint {
 
 impl Endpoint {
     pub fn new(authority: Authority) -> Self {
-        Self(authority)
+        let hash = stable_hash(authority.as_str().as_bytes());
+        Self { authority, hash }
     }
 
     /// The authority the upstream request is sent to; cloning it is a reference-count bump.
     pub fn authority(&self) -> &Authority {
-        &self.0
+        &self.authority
     }
+
+    /// A hash of the address that is the same on every replica and build (FNV-1a), for
+    /// consistent hashing.
+    pub fn stable_hash(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// 64-bit FNV-1a: stable across builds and replicas, so every replica maps a key alike.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0.as_str())
+        f.write_str(self.authority.as_str())
     }
 }
 
 impl Serialize for Endpoint {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.0.as_str())
+        serializer.serialize_str(self.authority.as_str())
     }
 }
 
@@ -102,6 +136,9 @@ pub struct EndpointSet {
     /// Sticky-session tokens → endpoint, built on first use (see [`Self::find_by_token`]).
     #[serde(skip)]
     tokens: OnceLock<HashMap<u64, Endpoint>>,
+    /// The data plane's state for each endpoint, in [`Self::iter`] order.
+    #[serde(skip)]
+    runtime: Attached,
 }
 
 /// Where an endpoint stands in its set.
@@ -132,6 +169,7 @@ impl EndpointSet {
             ready,
             terminating,
             tokens: OnceLock::new(),
+            runtime: Attached::default(),
         }
     }
 
@@ -162,6 +200,24 @@ impl EndpointSet {
         } else {
             None
         }
+    }
+
+    /// Where the endpoint stands in [`Self::iter`] order. An endpoint of [`Self::eligible`]
+    /// has the same position in both, since the eligible endpoints always come first.
+    pub fn position(&self, endpoint: &Endpoint) -> Option<usize> {
+        match self.ready.binary_search(endpoint) {
+            Ok(index) => Some(index),
+            Err(_) => self
+                .terminating
+                .binary_search(endpoint)
+                .ok()
+                .map(|index| self.ready.len() + index),
+        }
+    }
+
+    /// The data plane's runtime state for this set, attached once.
+    pub fn runtime(&self) -> &Attached {
+        &self.runtime
     }
 
     /// Every endpoint, ready ones first.
@@ -250,6 +306,8 @@ pub struct Backend {
     mode: BackendMode,
     endpoints: EndpointCell,
     cursor: AtomicUsize,
+    /// The data plane's runtime state for this backend (its retry budget), attached once.
+    runtime: Attached,
 }
 
 impl Backend {
@@ -259,6 +317,7 @@ impl Backend {
             mode,
             endpoints: EndpointCell::new(endpoints),
             cursor: AtomicUsize::new(0),
+            runtime: Attached::default(),
         }
     }
 
@@ -272,6 +331,10 @@ impl Backend {
 
     pub fn endpoints(&self) -> &EndpointCell {
         &self.endpoints
+    }
+
+    pub fn runtime(&self) -> &Attached {
+        &self.runtime
     }
 
     /// The next turn of the backend's round-robin cursor; balancers take it modulo their

@@ -4,6 +4,7 @@
 //! port, or its ClusterIP), which holds **endpoints** (pod addresses). The table is built once
 //! by the compiler, published atomically, and only read by the data plane.
 
+mod attached;
 mod backend;
 mod host;
 mod normalize;
@@ -12,8 +13,9 @@ mod policy;
 mod table;
 mod view;
 
+pub use attached::Attached;
 pub use backend::{
-    Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,
+    stable_hash, Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,
 };
 pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};

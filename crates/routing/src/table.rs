@@ -152,6 +152,11 @@ impl TableBuilder {
         }
     }
 
+    /// The backends added so far, in order.
+    pub fn backends(&self) -> &[Backend] {
+        &self.backends
+    }
+
     pub fn has_backend(&self, id: &BackendId) -> bool {
         self.positions.contains_key(id)
     }

@@ -99,7 +99,7 @@ impl KubeSource {
             }
             let recompile = effect.recompile || !control.is_ready();
             if recompile {
-                published = tokio::task::block_in_place(|| {
+                published = compute_in_place(|| {
                     control.publish_with(self.state.snapshot(), &self.state, Vec::new())
                 });
             } else if !effect.services.is_empty() {
@@ -220,4 +220,15 @@ fn leadership(client: Client, election: Option<LeaderElection>) -> watch::Receiv
         }
     });
     receiver
+}
+
+/// Runs CPU-bound work (a compile) on this task. On a multi-threaded runtime the worker first
+/// hands its other tasks to another worker, so requests keep flowing; a single-threaded runtime
+/// has no other worker, and the work simply runs.
+fn compute_in_place<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|handle| handle.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }

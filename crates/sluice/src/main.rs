@@ -35,10 +35,7 @@ fn main() -> std::process::ExitCode {
             }
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_builder().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("sluice: cannot start the async runtime: {error}");
@@ -64,6 +61,19 @@ fn main() -> std::process::ExitCode {
             eprintln!("sluice: {error:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The async runtime: one thread when the process may use one core (taskset, a CPU limit of
+/// one in a container), else one worker per core. On one core the single-threaded scheduler
+/// costs about 10 % less CPU per proxied request than a one-worker multi-threaded one
+/// (docs/benchmarks.md), and there is no other core to steal work for.
+fn runtime_builder() -> tokio::runtime::Builder {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if cores == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
     }
 }
 

@@ -8,6 +8,7 @@ use sluice_routing::BackendId;
 use sluice_testkit::EchoBackend;
 
 use super::*;
+use crate::body::TrackedBody;
 
 fn loopback(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 3, last))
@@ -78,11 +79,19 @@ impl Setup {
             loopback(1),
             pinned.cloned(),
         );
-        exchange
-            .run()
+        let answer = exchange.run().await.map_err(|error| error.to_string())?;
+        let status = answer.response.status().as_u16();
+        // Read the body to its end, as the response path does: that returns the connection.
+        let body = TrackedBody::new(
+            answer.response.into_body(),
+            answer.in_flight,
+            Duration::from_secs(5),
+            answer.checkin,
+        );
+        http_body_util::BodyExt::collect(body)
             .await
-            .map(|answer| answer.response.status().as_u16())
-            .map_err(|error| error.to_string())
+            .map_err(|error| error.to_string())?;
+        Ok(status)
     }
 
     /// Ejects `endpoint` long enough ago that its ejection has run out: the next request to
@@ -131,7 +140,7 @@ async fn a_trial_refused_by_the_retry_budget_releases_its_claim() {
     let (_busy, busy) = echo("busy", 11).await;
     let (_ejected, ejected) = echo("ejected", 12).await;
     let setup = Setup::new(&[busy.clone(), ejected.clone()]);
-    let budget = setup.runtime.budget(setup.backend.id());
+    let budget = setup.runtime.budget(&setup.backend);
     while budget.try_retry(Instant::now()) {}
     setup.eject_expired(&ejected);
 

@@ -8,6 +8,12 @@ use http::{HeaderName, Request};
 use sluice_routing::{BackendId, BackendMode, EndpointSet};
 
 use super::*;
+use crate::runtime::Runtime;
+
+/// Each endpoint's runtime state, in the order of `eligible`.
+fn runtimes(runtime: &Runtime, eligible: &[Endpoint]) -> Vec<Arc<EndpointRuntime>> {
+    eligible.iter().map(|e| runtime.endpoint(e)).collect()
+}
 
 fn endpoints(count: usize) -> Vec<Endpoint> {
     (1..=count)
@@ -47,8 +53,10 @@ fn first_pick(
         parts,
         client: IpAddr::V4(Ipv4Addr::LOCALHOST),
     };
-    let mut candidates = Candidates::new(balancer, backend, eligible, &key, runtime);
-    candidates.next(eligible, &[]).expect("a candidate").clone()
+    let runtimes = runtimes(runtime, eligible);
+    let mut candidates = Candidates::new(balancer, backend, eligible, &runtimes, &key);
+    let position = candidates.next(eligible, &[]).expect("a candidate");
+    eligible[position].clone()
 }
 
 #[test]
@@ -79,10 +87,11 @@ fn every_balancer_lists_each_endpoint_once() {
             parts: &parts,
             client: IpAddr::V4(Ipv4Addr::LOCALHOST),
         };
-        let mut candidates = Candidates::new(balancer, &backend, &eligible, &key, &runtime);
+        let runtimes = runtimes(&runtime, &eligible);
+        let mut candidates = Candidates::new(balancer, &backend, &eligible, &runtimes, &key);
         let mut seen: Vec<Endpoint> = Vec::new();
         while let Some(next) = candidates.next(&eligible, &seen) {
-            seen.push(next.clone());
+            seen.push(eligible[next].clone());
         }
         seen.sort();
         assert_eq!(seen, eligible, "{balancer:?}");
@@ -131,14 +140,14 @@ fn least_request_sends_most_traffic_away_from_a_busy_endpoint() {
 #[test]
 fn ewma_prefers_the_faster_endpoint() {
     let (eligible, backend, runtime) = (endpoints(2), backend(), Runtime::default());
-    runtime
-        .endpoint(&eligible[0])
-        .stats
-        .record_latency(std::time::Duration::from_millis(50));
-    runtime
-        .endpoint(&eligible[1])
-        .stats
-        .record_latency(std::time::Duration::from_millis(2));
+    runtime.endpoint(&eligible[0]).stats.record_latency(
+        std::time::Duration::from_millis(50),
+        std::time::Instant::now(),
+    );
+    runtime.endpoint(&eligible[1]).stats.record_latency(
+        std::time::Duration::from_millis(2),
+        std::time::Instant::now(),
+    );
     let parts = parts_with_header("x-any", "1");
     for _ in 0..100 {
         let pick = first_pick(&Balancer::Ewma, &backend, &eligible, &parts, &runtime);
