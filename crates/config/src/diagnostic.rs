@@ -124,6 +124,14 @@ impl Diagnostics {
         self.push(Severity::Info, object, field, message);
     }
 
+    pub(crate) fn extend_from(&mut self, diagnostics: &[Diagnostic]) {
+        self.0.extend_from_slice(diagnostics);
+    }
+
+    pub(crate) fn into_vec(self) -> Vec<Diagnostic> {
+        self.0
+    }
+
     pub(crate) fn append(&mut self, mut other: Diagnostics) {
         self.0.append(&mut other.0);
     }

@@ -9,7 +9,8 @@ mod snapshot;
 
 pub use compile::{
     compile, compile_with, ready_endpoints, CompileOptions, Compiled, EndpointCache,
-    EndpointResolver, EndpointSource, EndpointSources, SliceIndex, CONTROLLER, SERVICE_NAME_LABEL,
+    EndpointResolver, EndpointSource, EndpointSources, IncrementalCompiler, SliceIndex, CONTROLLER,
+    SERVICE_NAME_LABEL,
 };
 pub use diagnostic::{Diagnostic, ObjectRef, Severity};
 pub use error::DocumentError;

@@ -8,7 +8,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use serde::Serialize;
 use sluice_config::{
-    compile_with, CompileOptions, Diagnostic, EndpointResolver, EndpointSources, ObjectKey,
+    CompileOptions, Diagnostic, EndpointResolver, EndpointSources, IncrementalCompiler, ObjectKey,
     Severity, SliceIndex, Snapshot,
 };
 use sluice_proxy::TableHandle;
@@ -65,7 +65,9 @@ pub struct Published {
 /// Owns the published table and the latest status. One per process.
 pub struct ControlPlane {
     table: TableHandle,
-    options: CompileOptions,
+    /// Keeps each Ingress's compiled routes between publishes, so one changed Ingress
+    /// recompiles alone. Only the source's task publishes; the lock is never contended.
+    compiler: Mutex<IncrementalCompiler>,
     status: ArcSwap<Status>,
     generation: AtomicU64,
     ready: AtomicBool,
@@ -81,7 +83,7 @@ impl ControlPlane {
         let metrics = Arc::new(Metrics::new(table.runtime().counters()));
         Arc::new(Self {
             table,
-            options,
+            compiler: Mutex::new(IncrementalCompiler::new(options)),
             status: ArcSwap::from_pointee(Status::default()),
             generation: AtomicU64::new(0),
             ready: AtomicBool::new(false),
@@ -154,7 +156,15 @@ impl ControlPlane {
         mut diagnostics: Vec<Diagnostic>,
     ) -> Published {
         let started = Instant::now();
-        let compiled = compile_with(snapshot, &self.options, endpoints);
+        let compiled = match self.compiler.lock() {
+            Ok(mut compiler) => compiler.compile(snapshot, endpoints),
+            Err(poisoned) => {
+                // A compile that panicked may have left the cache half-updated: start afresh.
+                let mut compiler = poisoned.into_inner();
+                *compiler = IncrementalCompiler::new(compiler.options().clone());
+                compiler.compile(snapshot, endpoints)
+            }
+        };
         let elapsed = started.elapsed();
         self.metrics.compile.observe(elapsed.as_secs_f64());
         self.record(|activity| activity.last_compile = Some(timing(elapsed.as_secs_f64())));

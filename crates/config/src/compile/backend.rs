@@ -59,7 +59,7 @@ impl<'a> ServiceIndex<'a> {
         Self(index)
     }
 
-    fn get(&self, namespace: &str, name: &str) -> Option<&'a Service> {
+    pub(super) fn get(&self, namespace: &str, name: &str) -> Option<&'a Service> {
         self.0.get(namespace)?.get(name).copied()
     }
 }
@@ -110,6 +110,15 @@ impl EndpointSources {
     /// The backends fed by the Service `service` (namespace/name).
     pub fn of_service(&self, service: &ObjectKey) -> &[EndpointSource] {
         self.0.get(service).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Adds every source of `other` not already listed.
+    pub(super) fn extend(&mut self, other: &EndpointSources) {
+        for (service, sources) in &other.0 {
+            for source in sources {
+                self.add(service.clone(), source.clone());
+            }
+        }
     }
 
     fn add(&mut self, service: ObjectKey, source: EndpointSource) {

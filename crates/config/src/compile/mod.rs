@@ -3,21 +3,25 @@
 mod backend;
 mod class;
 mod endpoint_cache;
+mod incremental;
 mod policy;
 
-use hashbrown::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
-use sluice_routing::{BackendId, HostMatch, PathMatch, RoutePolicy, RoutingTable, TableBuilder};
+use sluice_routing::{BackendId, HostMatch, PathMatch, RoutePolicy, RoutingTable};
 
-use crate::annotations::{
-    ingress_annotations, ingress_policy, IngressAnnotations, IngressPolicy, ServiceUpstream,
-};
+use crate::annotations::{ingress_policy, IngressAnnotations, IngressPolicy, ServiceUpstream};
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
 use backend::{resolve, BackendField, BackendSink, ServiceIndex, ServiceReference};
+use incremental::{Fragment, FragmentRoute, RecordingResolver, Version};
 use policy::{route_policy, IngressSide, ServiceName};
+
+pub use incremental::IncrementalCompiler;
+
+/// The policy of every route whose Ingress and Service set none, shared.
+static DEFAULT_POLICY: LazyLock<Arc<RoutePolicy>> = LazyLock::new(Arc::default);
 
 pub use backend::{
     ready_endpoints, EndpointResolver, EndpointSource, EndpointSources, SliceIndex,
@@ -63,60 +67,47 @@ pub fn compile(snapshot: &Snapshot, options: &CompileOptions) -> Compiled {
 
 /// [`compile`] with endpoint sets from `endpoints`, which must agree with the snapshot's
 /// EndpointSlices (the Kubernetes source passes its cache, so a recompile re-reads no slice).
+/// Every Ingress is compiled afresh; [`IncrementalCompiler`] gives the same result and reuses
+/// what did not change.
 pub fn compile_with(
     snapshot: &Snapshot,
     options: &CompileOptions,
     endpoints: &dyn EndpointResolver,
 ) -> Compiled {
+    IncrementalCompiler::new(options.clone()).compile(snapshot, endpoints)
+}
+
+/// Compiles one served Ingress on its own, into a fragment the merge combines with the others.
+/// Whether the Ingress is served at all is decided by the caller.
+fn compile_ingress(
+    key: &ObjectKey,
+    ingress: &Ingress,
+    annotations: &IngressAnnotations,
+    services: &ServiceIndex<'_>,
+    endpoints: &dyn EndpointResolver,
+    diagnostics: Diagnostics,
+) -> Fragment {
     let mut compiler = Compiler {
-        services: ServiceIndex::new(snapshot),
-        endpoints,
-        builder: TableBuilder::new(),
-        diagnostics: Diagnostics::default(),
-        claimed: HashMap::with_capacity(snapshot.ingresses.len()),
-        owners: Vec::with_capacity(snapshot.ingresses.len()),
-        default_backend_owner: None,
-        endpoint_sources: EndpointSources::default(),
-        default_policy: Arc::default(),
+        services,
+        endpoints: RecordingResolver::new(endpoints),
+        fragment: Fragment::default(),
+        diagnostics,
         policies: Vec::new(),
     };
-    let mut served = Vec::new();
-    let classes = class::ClassFilter::new(
-        snapshot,
-        &options.ingress_class,
-        options.watch_without_class,
-        &mut compiler.diagnostics,
-    );
-    for (key, ingress) in oldest_first(snapshot) {
-        // Annotation findings only matter for Ingresses this sluice serves: an nginx Ingress
-        // left in place during a migration should not flood the report.
-        let mut annotation_diagnostics = Diagnostics::default();
-        let annotations = match ingress.metadata.annotations.as_ref() {
-            Some(annotations) => ingress_annotations(
-                Some(annotations),
-                &ObjectRef::ingress(key),
-                &mut annotation_diagnostics,
-            ),
-            None => IngressAnnotations::default(),
-        };
-        if classes.serves(ingress, &annotations, key, &mut compiler.diagnostics) {
-            compiler.diagnostics.append(annotation_diagnostics);
-            let policy = match ingress.metadata.annotations.as_ref() {
-                Some(map) => {
-                    ingress_policy(map, &ObjectRef::ingress(key), &mut compiler.diagnostics)
-                }
-                None => IngressPolicy::default(),
-            };
-            compiler.add_ingress(key, ingress, &annotations, &policy);
-            served.push(key.clone());
-        }
-    }
-    Compiled {
-        table: compiler.builder.build(),
-        diagnostics: compiler.diagnostics.into_sorted(),
-        endpoint_sources: compiler.endpoint_sources,
-        served,
-    }
+    let policy = match ingress.metadata.annotations.as_ref() {
+        Some(map) => ingress_policy(map, &ObjectRef::ingress(key), &mut compiler.diagnostics),
+        None => IngressPolicy::default(),
+    };
+    compiler.add_ingress(key, ingress, annotations, &policy);
+    let Compiler {
+        endpoints,
+        mut fragment,
+        diagnostics,
+        ..
+    } = compiler;
+    fragment.diagnostics = diagnostics;
+    fragment.endpoint_sets = endpoints.into_used();
+    fragment
 }
 
 /// Ingresses ordered by age, oldest first, then by namespace/name: the order conflicts resolve in.
@@ -130,29 +121,19 @@ fn oldest_first(snapshot: &Snapshot) -> Vec<(&ObjectKey, &Ingress)> {
     ingresses
 }
 
-struct Compiler<'a> {
-    services: ServiceIndex<'a>,
-    endpoints: &'a dyn EndpointResolver,
-    builder: TableBuilder,
+/// Compiles one Ingress into its fragment.
+struct Compiler<'a, 'r> {
+    services: &'a ServiceIndex<'a>,
+    endpoints: RecordingResolver<'r>,
+    fragment: Fragment,
     diagnostics: Diagnostics,
-    /// Which Ingress (index into `owners`) owns each host + path, for conflict reports.
-    claimed: HashMap<(HostMatch, PathMatch), usize>,
-    /// Every served Ingress, in the order they were added (oldest first).
-    owners: Vec<&'a ObjectKey>,
-    /// Index into `owners` of the Ingress whose defaultBackend serves.
-    default_backend_owner: Option<usize>,
-    endpoint_sources: EndpointSources,
-    /// The policy of every route whose Ingress and Service set none, shared.
-    default_policy: Arc<RoutePolicy>,
-    /// The policy of each backend the current Ingress sends to, computed once per Ingress.
+    /// The policy of each backend the Ingress sends to, computed once per backend.
     policies: Vec<(BackendId, Arc<RoutePolicy>)>,
 }
 
 /// The Ingress being added: what every rule of it shares.
 struct Current<'a> {
     key: &'a ObjectKey,
-    /// Index into `Compiler::owners`.
-    owner: usize,
     /// `namespace/name`, shared by all its routes.
     source: Arc<str>,
     service_upstream: ServiceUpstream,
@@ -161,29 +142,21 @@ struct Current<'a> {
     base: Arc<RoutePolicy>,
 }
 
-impl<'a> Compiler<'a> {
-    /// The Ingress at `owner`, as diagnostics name it (built only when one is reported).
-    fn owner(&self, owner: usize) -> ObjectRef {
-        ObjectRef::ingress(self.owners[owner])
-    }
-
+impl<'a> Compiler<'a, '_> {
     fn add_ingress(
         &mut self,
         key: &'a ObjectKey,
         ingress: &Ingress,
         annotations: &IngressAnnotations,
-        policy: &IngressPolicy,
+        policy: &'a IngressPolicy,
     ) {
-        self.owners.push(key);
-        self.policies.clear();
         let base = if policy.route == RoutePolicy::default() {
-            self.default_policy.clone()
+            DEFAULT_POLICY.clone()
         } else {
             Arc::new(policy.route.clone())
         };
         let current = Current {
             key,
-            owner: self.owners.len() - 1,
             source: format!("{}/{}", key.namespace, key.name).into(),
             service_upstream: annotations.service_upstream,
             policy,
@@ -191,23 +164,24 @@ impl<'a> Compiler<'a> {
         };
         let Some(spec) = ingress.spec.as_ref() else {
             self.diagnostics.error(
-                &self.owner(current.owner),
+                &ObjectRef::ingress(key),
                 "spec",
                 "missing; nothing to serve",
             );
             return;
         };
         if let Some(backend) = &spec.default_backend {
-            self.add_default_backend(&current, backend);
+            self.fragment.default_backend =
+                self.backend_of(backend, &current, BackendField::Default);
         }
         for (rule_index, rule) in spec.rules.as_deref().unwrap_or_default().iter().enumerate() {
-            let Some(host) = self.host_of(rule.host.as_deref(), rule_index, current.owner) else {
+            let Some(host) = self.host_of(rule.host.as_deref(), rule_index, key) else {
                 continue;
             };
             let Some(http) = &rule.http else {
                 let field = format!("spec.rules[{rule_index}].http");
                 self.diagnostics.warning(
-                    &self.owner(current.owner),
+                    &ObjectRef::ingress(key),
                     field,
                     "missing; rule has no paths and is ignored",
                 );
@@ -219,7 +193,7 @@ impl<'a> Compiler<'a> {
                     path: path_index,
                 };
                 let Some(path_match) =
-                    self.path_of(path.path.as_deref(), &path.path_type, field, current.owner)
+                    self.path_of(path.path.as_deref(), &path.path_type, field, key)
                 else {
                     continue;
                 };
@@ -227,37 +201,19 @@ impl<'a> Compiler<'a> {
                 else {
                     continue;
                 };
-                if self.claim(&host, &path_match, field, current.owner) {
-                    self.builder.add_route(
-                        host.clone(),
-                        path_match,
-                        backend,
-                        current.source.clone(),
-                        policy,
-                    );
-                }
+                self.fragment.routes.push(FragmentRoute {
+                    host: host.clone(),
+                    path: path_match,
+                    field,
+                    backend,
+                    source: current.source.clone(),
+                    policy,
+                });
             }
         }
     }
 
-    fn add_default_backend(&mut self, current: &Current<'_>, backend: &IngressBackend) {
-        if let Some(owner) = self.default_backend_owner {
-            let winner = self.owners[owner];
-            let message = format!(
-                "ignored: Ingress {}/{} is older and its defaultBackend wins",
-                winner.namespace, winner.name
-            );
-            self.diagnostics
-                .warning(&self.owner(current.owner), "spec.defaultBackend", message);
-            return;
-        }
-        if let Some((id, policy)) = self.backend_of(backend, current, BackendField::Default) {
-            self.builder.set_default_backend(id, policy);
-            self.default_backend_owner = Some(current.owner);
-        }
-    }
-
-    fn host_of(&mut self, host: Option<&str>, rule: usize, owner: usize) -> Option<HostMatch> {
+    fn host_of(&mut self, host: Option<&str>, rule: usize, key: &ObjectKey) -> Option<HostMatch> {
         let text = host.unwrap_or_default();
         let name = text.strip_prefix("*.").unwrap_or(text);
         let valid = name.split('.').all(|label| {
@@ -269,7 +225,7 @@ impl<'a> Compiler<'a> {
         if !text.is_empty() && !valid {
             let message = format!("{text:?} is not a valid host (a DNS name, optionally starting with \"*.\"); rule dropped");
             self.diagnostics.error(
-                &self.owner(owner),
+                &ObjectRef::ingress(key),
                 format!("spec.rules[{rule}].host"),
                 message,
             );
@@ -283,13 +239,16 @@ impl<'a> Compiler<'a> {
         path: Option<&str>,
         path_type: &str,
         field: BackendField,
-        owner: usize,
+        key: &ObjectKey,
     ) -> Option<PathMatch> {
         let path = path.unwrap_or("/");
         if !path.starts_with('/') {
             let message = format!("{path:?} must start with \"/\"; path dropped");
-            self.diagnostics
-                .error(&self.owner(owner), path_field(field, ".path"), message);
+            self.diagnostics.error(
+                &ObjectRef::ingress(key),
+                path_field(field, ".path"),
+                message,
+            );
             return None;
         }
         match path_type {
@@ -297,8 +256,11 @@ impl<'a> Compiler<'a> {
             "Prefix" | "ImplementationSpecific" => Some(PathMatch::prefix(path)),
             other => {
                 let message = format!("{other:?} is not a pathType (Exact, Prefix or ImplementationSpecific); path dropped");
-                self.diagnostics
-                    .error(&self.owner(owner), path_field(field, ".pathType"), message);
+                self.diagnostics.error(
+                    &ObjectRef::ingress(key),
+                    path_field(field, ".pathType"),
+                    message,
+                );
                 None
             }
         }
@@ -318,7 +280,7 @@ impl<'a> Compiler<'a> {
                 "no service"
             };
             self.diagnostics.error(
-                &self.owner(current.owner),
+                &ObjectRef::ingress(current.key),
                 field.at(""),
                 format!("{what}; route dropped"),
             );
@@ -328,15 +290,20 @@ impl<'a> Compiler<'a> {
             namespace: &current.key.namespace,
             service,
             field,
-            ingress: self.owners[current.owner],
+            ingress: current.key,
             service_upstream: current.service_upstream == ServiceUpstream::On,
         };
+        let found = self.services.get(&current.key.namespace, &service.name);
+        self.fragment.services.push((
+            ObjectKey::new(&current.key.namespace, &service.name),
+            found.map(Version::of),
+        ));
         let sink = BackendSink {
-            builder: &mut self.builder,
-            endpoint_sources: &mut self.endpoint_sources,
+            builder: &mut self.fragment.builder,
+            endpoint_sources: &mut self.fragment.endpoint_sources,
             diagnostics: &mut self.diagnostics,
         };
-        let resolved = resolve(&self.services, self.endpoints, &reference, sink)?;
+        let resolved = resolve(self.services, &self.endpoints, &reference, sink)?;
         if let Some((_, policy)) = self.policies.iter().find(|(id, _)| *id == resolved.id) {
             return Some((resolved.id, policy.clone()));
         }
@@ -353,34 +320,6 @@ impl<'a> Compiler<'a> {
         let policy = route_policy(&ingress, &resolved, service_name, &mut self.diagnostics);
         self.policies.push((resolved.id.clone(), policy.clone()));
         Some((resolved.id, policy))
-    }
-
-    /// Claims host + path for this Ingress; a later (younger) claim loses with a diagnostic.
-    fn claim(
-        &mut self,
-        host: &HostMatch,
-        path: &PathMatch,
-        field: BackendField,
-        owner: usize,
-    ) -> bool {
-        let key = (host.clone(), path.clone());
-        let Some(&first) = self.claimed.get(&key) else {
-            self.claimed.insert(key, owner);
-            return true;
-        };
-        let holder = if first == owner {
-            "an earlier rule of this Ingress".to_owned()
-        } else {
-            format!("{}, which is older", self.owner(first))
-        };
-        let message = format!(
-            "duplicate of host {host} path {} ({:?}) already served by {holder}; ignored",
-            path.path(),
-            path.kind()
-        );
-        self.diagnostics
-            .warning(&self.owner(owner), path_field(field, ""), message);
-        false
     }
 }
 

@@ -1,0 +1,387 @@
+//! Incremental compile: each Ingress compiles into a fragment cached with the inputs it read, and a merge combines the fragments into the table, so a change to one Ingress recompiles only that Ingress.
+//!
+//! A fragment holds an Ingress's routes, default backend, backends, endpoint sources and
+//! diagnostics, exactly as they come out of compiling that Ingress alone. What crosses
+//! Ingresses (which of two claims to the same host and path wins, whose defaultBackend serves)
+//! is decided by the merge, in age order, every time. A cached fragment is reused while its
+//! inputs are unchanged: the Ingress itself, every Service it referenced (present or missing),
+//! every endpoint set it read, and the IngressClasses. Objects from the API server are compared
+//! by `resourceVersion`; objects without one (manifest files) by content.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hashbrown::hash_map::Entry;
+use hashbrown::HashMap;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use sluice_routing::{
+    Backend, BackendId, EndpointSet, HostMatch, PathMatch, RoutePolicy, TableBuilder,
+};
+
+use super::backend::{BackendField, EndpointResolver, EndpointSources, ServiceIndex};
+use super::class::ClassFilter;
+use super::{compile_ingress, oldest_first, path_field, CompileOptions, Compiled};
+use crate::annotations::{ingress_annotations, IngressAnnotations};
+use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
+use crate::snapshot::{ObjectKey, Snapshot};
+
+/// A compiler that keeps each Ingress's fragment between compiles. Its result always equals a
+/// fresh [`super::compile_with`] of the same snapshot (a property test holds it to that).
+#[derive(Default)]
+pub struct IncrementalCompiler {
+    options: CompileOptions,
+    /// The IngressClasses the cached fragments were compiled with; any change drops them all.
+    classes: BTreeMap<String, IngressClass>,
+    cache: HashMap<ObjectKey, CachedIngress>,
+}
+
+/// One Ingress as last compiled.
+struct CachedIngress {
+    version: Version<Ingress>,
+    /// Class and annotation findings, and everything else about this Ingress alone.
+    diagnostics: Vec<Diagnostic>,
+    /// `None` when this sluice does not serve the Ingress's class.
+    fragment: Option<Fragment>,
+}
+
+/// What one served Ingress contributes to the table, and the inputs it was compiled from.
+#[derive(Default)]
+pub(super) struct Fragment {
+    /// The backends its references resolved to (routes are kept apart, in `routes`).
+    pub(super) builder: TableBuilder,
+    pub(super) endpoint_sources: EndpointSources,
+    pub(super) routes: Vec<FragmentRoute>,
+    pub(super) default_backend: Option<(BackendId, Arc<RoutePolicy>)>,
+    pub(super) diagnostics: Diagnostics,
+    /// Every Service it referenced, with the version it saw (`None`: missing).
+    pub(super) services: Vec<(ObjectKey, Option<Version<Service>>)>,
+    /// Every endpoint set it read.
+    pub(super) endpoint_sets: Vec<UsedEndpoints>,
+}
+
+/// A route of a fragment, before the merge decides whether it wins its host and path.
+pub(super) struct FragmentRoute {
+    pub(super) host: HostMatch,
+    pub(super) path: PathMatch,
+    pub(super) field: BackendField,
+    pub(super) backend: BackendId,
+    pub(super) source: Arc<str>,
+    pub(super) policy: Arc<RoutePolicy>,
+}
+
+/// An endpoint set a fragment read, and where from.
+pub(super) struct UsedEndpoints {
+    namespace: String,
+    service: String,
+    port_name: Option<String>,
+    set: Arc<EndpointSet>,
+}
+
+/// Which version of an object a fragment saw.
+pub(super) enum Version<T> {
+    /// From the API server: its `resourceVersion` changes with every write.
+    Resource(String),
+    /// From a manifest file, which carries no `resourceVersion`: the object itself.
+    Content(Box<T>),
+}
+
+impl<T> Version<T>
+where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta> + Clone + PartialEq,
+{
+    pub(super) fn of(object: &T) -> Self {
+        match &object.metadata().resource_version {
+            Some(version) => Self::Resource(version.clone()),
+            None => Self::Content(Box::new(object.clone())),
+        }
+    }
+
+    fn matches(&self, object: &T) -> bool {
+        match self {
+            Self::Resource(version) => {
+                object.metadata().resource_version.as_deref() == Some(version.as_str())
+            }
+            Self::Content(seen) => **seen == *object,
+        }
+    }
+}
+
+/// An endpoint resolver that remembers every set it handed out.
+pub(super) struct RecordingResolver<'r> {
+    inner: &'r dyn EndpointResolver,
+    used: RefCell<Vec<UsedEndpoints>>,
+}
+
+impl<'r> RecordingResolver<'r> {
+    pub(super) fn new(inner: &'r dyn EndpointResolver) -> Self {
+        Self {
+            inner,
+            used: RefCell::default(),
+        }
+    }
+
+    pub(super) fn into_used(self) -> Vec<UsedEndpoints> {
+        self.used.into_inner()
+    }
+}
+
+impl EndpointResolver for RecordingResolver<'_> {
+    fn ready_endpoints(
+        &self,
+        namespace: &str,
+        service: &str,
+        port_name: Option<&str>,
+    ) -> Arc<EndpointSet> {
+        let set = self.inner.ready_endpoints(namespace, service, port_name);
+        self.used.borrow_mut().push(UsedEndpoints {
+            namespace: namespace.to_owned(),
+            service: service.to_owned(),
+            port_name: port_name.map(str::to_owned),
+            set: set.clone(),
+        });
+        set
+    }
+}
+
+impl IncrementalCompiler {
+    pub fn new(options: CompileOptions) -> Self {
+        Self {
+            options,
+            ..Self::default()
+        }
+    }
+
+    pub fn options(&self) -> &CompileOptions {
+        &self.options
+    }
+
+    /// Compiles `snapshot`, recompiling only the Ingresses whose inputs changed since the last
+    /// compile, then merges every fragment into the table.
+    pub fn compile(&mut self, snapshot: &Snapshot, endpoints: &dyn EndpointResolver) -> Compiled {
+        if self.classes != snapshot.ingress_classes {
+            self.cache.clear();
+            self.classes = snapshot.ingress_classes.clone();
+        }
+        let mut class_diagnostics = Diagnostics::default();
+        let classes = ClassFilter::new(
+            snapshot,
+            &self.options.ingress_class,
+            self.options.watch_without_class,
+            &mut class_diagnostics,
+        );
+        let services = ServiceIndex::new(snapshot);
+        let order = oldest_first(snapshot);
+        for &(key, ingress) in &order {
+            let current = self
+                .cache
+                .get(key)
+                .is_some_and(|cached| cached.still_valid(ingress, &services, endpoints));
+            if !current {
+                let cached = compile_cached(key, ingress, &classes, &services, endpoints);
+                self.cache.insert(key.clone(), cached);
+            }
+        }
+        if self.cache.len() > order.len() {
+            self.cache
+                .retain(|key, _| snapshot.ingresses.contains_key(key));
+        }
+        self.merge(&order, class_diagnostics)
+    }
+
+    /// Combines the fragments in age order: the oldest claim to a host and path wins, and the
+    /// oldest served Ingress with a defaultBackend provides the table's.
+    fn merge(&self, order: &[(&ObjectKey, &Ingress)], diagnostics: Diagnostics) -> Compiled {
+        let mut merge = Merge {
+            builder: TableBuilder::new(),
+            diagnostics,
+            claimed: HashMap::with_capacity(order.len()),
+            default_owner: None,
+            endpoint_sources: EndpointSources::default(),
+        };
+        let mut served = Vec::new();
+        for &(key, _) in order {
+            let Some(cached) = self.cache.get(key) else {
+                continue;
+            };
+            merge.diagnostics.extend_from(&cached.diagnostics);
+            if let Some(fragment) = &cached.fragment {
+                merge.add(key, fragment);
+                served.push(key.clone());
+            }
+        }
+        Compiled {
+            table: merge.builder.build(),
+            diagnostics: merge.diagnostics.into_sorted(),
+            endpoint_sources: merge.endpoint_sources,
+            served,
+        }
+    }
+}
+
+impl CachedIngress {
+    /// Whether the Ingress and everything its fragment read are as they were.
+    fn still_valid(
+        &self,
+        ingress: &Ingress,
+        services: &ServiceIndex<'_>,
+        endpoints: &dyn EndpointResolver,
+    ) -> bool {
+        if !self.version.matches(ingress) {
+            return false;
+        }
+        let Some(fragment) = &self.fragment else {
+            return true;
+        };
+        let services_same = fragment.services.iter().all(|(key, seen)| {
+            match (services.get(&key.namespace, &key.name), seen) {
+                (Some(service), Some(seen)) => seen.matches(service),
+                (None, None) => true,
+                _ => false,
+            }
+        });
+        services_same
+            && fragment.endpoint_sets.iter().all(|used| {
+                let now = endpoints.ready_endpoints(
+                    &used.namespace,
+                    &used.service,
+                    used.port_name.as_deref(),
+                );
+                Arc::ptr_eq(&now, &used.set) || now == used.set
+            })
+    }
+}
+
+/// Compiles one Ingress: whether this sluice serves it, and if so its fragment.
+fn compile_cached(
+    key: &ObjectKey,
+    ingress: &Ingress,
+    classes: &ClassFilter<'_>,
+    services: &ServiceIndex<'_>,
+    endpoints: &dyn EndpointResolver,
+) -> CachedIngress {
+    // Annotation findings only matter for Ingresses this sluice serves: an nginx Ingress left
+    // in place during a migration should not flood the report.
+    let mut annotation_diagnostics = Diagnostics::default();
+    let annotations = match ingress.metadata.annotations.as_ref() {
+        Some(annotations) => ingress_annotations(
+            Some(annotations),
+            &ObjectRef::ingress(key),
+            &mut annotation_diagnostics,
+        ),
+        None => IngressAnnotations::default(),
+    };
+    let mut diagnostics = Diagnostics::default();
+    let fragment = classes
+        .serves(ingress, &annotations, key, &mut diagnostics)
+        .then(|| {
+            let mut fragment = compile_ingress(
+                key,
+                ingress,
+                &annotations,
+                services,
+                endpoints,
+                annotation_diagnostics,
+            );
+            diagnostics.append(std::mem::take(&mut fragment.diagnostics));
+            fragment
+        });
+    CachedIngress {
+        version: Version::of(ingress),
+        diagnostics: diagnostics.into_vec(),
+        fragment,
+    }
+}
+
+/// The table being merged from fragments.
+struct Merge<'f> {
+    builder: TableBuilder,
+    diagnostics: Diagnostics,
+    /// Which Ingress holds each host + path.
+    claimed: HashMap<(&'f HostMatch, &'f PathMatch), &'f ObjectKey>,
+    /// The Ingress whose defaultBackend serves.
+    default_owner: Option<&'f ObjectKey>,
+    endpoint_sources: EndpointSources,
+}
+
+impl<'f> Merge<'f> {
+    fn add(&mut self, key: &'f ObjectKey, fragment: &'f Fragment) {
+        for backend in fragment.builder.backends() {
+            if !self.builder.has_backend(backend.id()) {
+                let copy = Backend::new(
+                    backend.id().clone(),
+                    backend.mode(),
+                    backend.endpoints().load(),
+                );
+                self.builder.add_backend(copy);
+            }
+        }
+        self.endpoint_sources.extend(&fragment.endpoint_sources);
+        if let Some((backend, policy)) = &fragment.default_backend {
+            self.set_default_backend(key, backend, policy);
+        }
+        for route in &fragment.routes {
+            self.claim(key, route);
+        }
+    }
+
+    fn set_default_backend(
+        &mut self,
+        key: &'f ObjectKey,
+        backend: &BackendId,
+        policy: &Arc<RoutePolicy>,
+    ) {
+        match self.default_owner {
+            Some(winner) => {
+                let message = format!(
+                    "ignored: Ingress {}/{} is older and its defaultBackend wins",
+                    winner.namespace, winner.name
+                );
+                self.diagnostics
+                    .warning(&ObjectRef::ingress(key), "spec.defaultBackend", message);
+            }
+            None => {
+                self.builder
+                    .set_default_backend(backend.clone(), policy.clone());
+                self.default_owner = Some(key);
+            }
+        }
+    }
+
+    /// Routes host + path to this Ingress unless an older claim holds it; a later (younger)
+    /// claim loses with a diagnostic.
+    fn claim(&mut self, key: &'f ObjectKey, route: &'f FragmentRoute) {
+        let holder = match self.claimed.entry((&route.host, &route.path)) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(key);
+                self.builder.add_route(
+                    route.host.clone(),
+                    route.path.clone(),
+                    route.backend.clone(),
+                    route.source.clone(),
+                    route.policy.clone(),
+                );
+                return;
+            }
+            Entry::Occupied(occupied) => *occupied.get(),
+        };
+        let holder = if holder == key {
+            "an earlier rule of this Ingress".to_owned()
+        } else {
+            format!("{}, which is older", ObjectRef::ingress(holder))
+        };
+        let message = format!(
+            "duplicate of host {} path {} ({:?}) already served by {holder}; ignored",
+            route.host,
+            route.path.path(),
+            route.path.kind()
+        );
+        self.diagnostics.warning(
+            &ObjectRef::ingress(key),
+            path_field(route.field, ""),
+            message,
+        );
+    }
+}
