@@ -15,6 +15,7 @@ mod headers;
 mod health;
 mod inbound;
 mod options;
+mod phases;
 mod pipeline;
 mod pool;
 mod runtime;
@@ -38,3 +39,30 @@ pub use server::{
 };
 pub use sticky::SessionKey;
 pub use table_handle::TableHandle;
+
+/// Entry points for the micro-benchmarks in `bench/benches` (criterion); not an API.
+#[doc(hidden)]
+pub mod bench_support {
+    use std::net::IpAddr;
+
+    use http::request::Parts;
+    use sluice_routing::{Backend, Balancer};
+
+    use crate::balance::{Candidates, RequestKey};
+    use crate::runtime::Runtime;
+
+    /// The position of the first endpoint `balancer` picks for a request, as the request path
+    /// does it: the backend's current set and its attached runtime state.
+    pub fn first_pick(
+        balancer: &Balancer,
+        backend: &Backend,
+        runtime: &Runtime,
+        parts: &Parts,
+        client: IpAddr,
+    ) -> Option<usize> {
+        let set = backend.endpoints().load();
+        let runtimes = runtime.attach(&set);
+        let key = RequestKey { parts, client };
+        Candidates::new(balancer, backend, set.eligible(), runtimes, &key).next(set.eligible(), &[])
+    }
+}

@@ -1,15 +1,15 @@
-//! The request pipeline, one phase per step: read the request, route it, prepare the next hop's head and body, forward it (retrying safely), respond.
+//! The request pipeline: the request phases of [`crate::phases`] in order, from the route to the log.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_TYPE, HOST, SET_COOKIE};
+use http::header::{CONNECTION, CONTENT_TYPE, HOST};
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use sluice_routing::{Endpoint, RoutePolicy, Target};
+use sluice_routing::{RoutePolicy, RoutingTable};
 
 use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
 use crate::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
@@ -18,9 +18,10 @@ use crate::forwarded::{Forwarding, X_REQUEST_ID};
 use crate::headers::{join_cookies, strip_hop_by_hop};
 use crate::inbound::Inbound;
 use crate::options::ProxyOptions;
+use crate::phases::{Filters, ProxyScope, RequestContext};
 use crate::runtime::Runtime;
 use crate::server::ClientInfo;
-use crate::sticky::{request_cookie, set_cookie, SessionKey};
+use crate::sticky::SessionKey;
 use crate::table_handle::TableHandle;
 
 /// A response body: the upstream's, streamed through, or the proxy's own short text.
@@ -59,8 +60,9 @@ impl Proxy {
         }
     }
 
-    /// Handles one request from `client`. Never fails: every error becomes a short response.
-    /// Either way the response carries the request's `X-Request-ID`.
+    /// Handles one request from `client` through the request phases ([`crate::phases`]).
+    /// Never fails: every error becomes a short response. Either way the response carries the
+    /// request's `X-Request-ID`.
     pub async fn handle(
         &self,
         request: Request<Incoming>,
@@ -68,12 +70,19 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let forwarding =
             Forwarding::decide(request.headers(), &client, &self.options.trusted_proxies);
-        let request_id = forwarding.request_id(request.headers());
+        let table = self.table.load();
+        let mut context = RequestContext {
+            client: &client,
+            request_id: forwarding.request_id(request.headers()),
+            target: None,
+            pinned: None,
+            endpoint: None,
+        };
         // Boxed: the forwarding future is large (4.8 KB), and hyper keeps the handler's
         // future in a per-connection box while the connection lives. Boxing it here makes
         // that 1.2 KB, and a moved future is a pointer rather than a copy (perf showed 4 % of
         // the CPU in memmove before).
-        let forward = Box::pin(self.forward(request, &client, &forwarding, &request_id));
+        let forward = Box::pin(self.forward(request, &table, &forwarding, &mut context));
         let mut response = match forward.await {
             Ok(response) => response,
             Err(error) => {
@@ -81,26 +90,38 @@ impl Proxy {
                 error_response(&error)
             }
         };
-        response.headers_mut().insert(X_REQUEST_ID, request_id);
+        response
+            .headers_mut()
+            .insert(X_REQUEST_ID, context.request_id.clone());
+        // Log phase.
+        if let Some(target) = &context.target {
+            Filters::of(target.policy).on_log(&context, response.status());
+        }
         response
     }
 
-    async fn forward(
+    /// The phases from route to response filters.
+    async fn forward<'r>(
         &self,
         request: Request<Incoming>,
-        client: &ClientInfo,
+        table: &'r RoutingTable,
         forwarding: &Forwarding,
-        request_id: &HeaderValue,
+        context: &mut RequestContext<'r>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let table = self.table.load();
+        // Route.
         let (mut parts, body) = request.into_parts();
         let inbound = Inbound::read(&parts)?;
         let target = table
             .lookup(&inbound.route_host(), inbound.path())
             .ok_or(ProxyError::NoRoute)?;
-        prepare_upstream_head(&mut parts, inbound, client, forwarding, request_id);
+        context.target = Some(target);
+        let filters = Filters::of(target.policy);
+        // Request filters.
+        filters.on_request(context, &parts, &self.scope())?;
+        // Upstream request.
+        prepare_upstream_head(&mut parts, inbound, context, forwarding);
         let body = self.prepare_body(&parts, body, target.policy).await?;
-        let session = self.session(&target, &parts);
+        // Choose an endpoint and send.
         let settings = AttemptSettings {
             runtime: self.table.runtime(),
             connect_timeout: self.options.connect_timeout,
@@ -115,11 +136,18 @@ impl Proxy {
             parts,
             body,
             forwarding.real_client,
-            session.clone(),
+            context.pinned.clone(),
         )
         .run()
         .await?;
-        Ok(self.respond(answer, &target, session.as_ref()))
+        // Response filters.
+        Ok(self.respond(answer, filters, context))
+    }
+
+    fn scope(&self) -> ProxyScope<'_> {
+        ProxyScope {
+            session_key: &self.session_key,
+        }
     }
 
     /// Refuses a body over the route's limit, and buffers it for replay when it is small and
@@ -143,39 +171,27 @@ impl Proxy {
         RequestBody::prepare(parts, body, limits, may_replay, self.replay_limit).await
     }
 
-    /// The endpoint a sticky-session cookie pins, if the route is sticky and the cookie names
-    /// an endpoint that still serves.
-    fn session(&self, target: &Target<'_>, parts: &Parts) -> Option<Endpoint> {
-        let cookie = target.policy.sticky.as_ref()?;
-        let value = request_cookie(&parts.headers, &cookie.name)?;
-        let set = target.backend.endpoints().load();
-        self.session_key.pinned(&set, value).cloned()
-    }
-
-    /// Drops the upstream hop's headers, pins a new session, and counts the endpoint's load
-    /// until the body ends.
+    /// Drops the upstream hop's headers, runs the route's response filters, and counts the
+    /// endpoint's load until the body ends.
     fn respond(
         &self,
         answer: Answer,
-        target: &Target<'_>,
-        session: Option<&Endpoint>,
+        filters: &Filters,
+        context: &mut RequestContext<'_>,
     ) -> Response<ProxyBody> {
         let Answer {
-            mut response,
+            response,
             in_flight,
             endpoint,
             checkin,
         } = answer;
-        strip_hop_by_hop(response.headers_mut());
-        let repinned = session != Some(&endpoint);
-        if let (Some(cookie), true) = (&target.policy.sticky, repinned) {
-            let value = self.session_key.value(&endpoint);
-            if let Some(header) = set_cookie(cookie, &value) {
-                response.headers_mut().append(SET_COOKIE, header);
-            }
-        }
+        let (mut head, body) = response.into_parts();
+        strip_hop_by_hop(&mut head.headers);
+        context.endpoint = Some(endpoint);
+        filters.on_response(context, &mut head, &self.scope());
         let idle = self.options.body_idle_timeout;
-        response.map(|body| Either::Left(TrackedBody::new(body, in_flight, idle, checkin)))
+        let body = TrackedBody::new(body, in_flight, idle, checkin);
+        Response::from_parts(head, Either::Left(body))
     }
 }
 
@@ -184,16 +200,20 @@ impl Proxy {
 fn prepare_upstream_head(
     parts: &mut Parts,
     inbound: Inbound,
-    client: &ClientInfo,
+    context: &RequestContext<'_>,
     forwarding: &Forwarding,
-    request_id: &HeaderValue,
 ) {
     strip_hop_by_hop(&mut parts.headers);
     if parts.version == Version::HTTP_2 {
         join_cookies(&mut parts.headers);
     }
     parts.headers.insert(HOST, inbound.host.clone());
-    forwarding.apply(&mut parts.headers, client, &inbound.host, request_id);
+    forwarding.apply(
+        &mut parts.headers,
+        context.client,
+        &inbound.host,
+        &context.request_id,
+    );
     parts.uri = Uri::from(inbound.target);
 }
 

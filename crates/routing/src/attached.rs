@@ -5,10 +5,25 @@ use std::fmt;
 use std::sync::OnceLock;
 
 /// Holds one value of a type the routing crate does not know (the proxy's connection pools,
-/// health and retry budget), set once, typically when the object is published. A clone of the
-/// owning object starts with an empty slot.
+/// health, retry budget and filters), set once, typically when the object is published. A
+/// clone of the owning object starts with an empty slot, and the slot plays no part in the
+/// owner's equality: it is derived from the owner, or learnt at run time.
 #[derive(Default)]
 pub struct Attached(OnceLock<Box<dyn Any + Send + Sync>>);
+
+impl Clone for Attached {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for Attached {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Attached {}
 
 impl Attached {
     /// The attached value, attaching `attach()` first when the slot is empty. `None` only when

@@ -8,6 +8,7 @@ use std::time::Duration;
 use http::HeaderName;
 use serde::Serialize;
 
+use crate::attached::Attached;
 use crate::backend::Endpoint;
 
 /// Everything a route asks of the data plane besides where to send.
@@ -23,6 +24,9 @@ pub struct RoutePolicy {
     /// The largest request body in bytes (`proxy-body-size`); `Some(0)` lifts the limit, as
     /// nginx's `client_max_body_size 0` does, and `None` leaves the proxy-wide limit.
     pub max_body_size: Option<u64>,
+    /// The data plane's filters for this policy, built from it once and attached.
+    #[serde(skip)]
+    pub filters: Attached,
 }
 
 /// How the next endpoint is chosen. Every balancer yields an ordered list of candidates, so a

@@ -46,6 +46,7 @@ pub(crate) fn ingress_policy(
             "the proxy-wide limit (--max-body-size) applies",
             parse_size,
         ),
+        ..RoutePolicy::default()
     };
     let endpoint_choice = [
         Setting::LoadBalance,

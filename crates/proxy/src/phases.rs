@@ -1,0 +1,165 @@
+//! Request phases: the named steps every request takes, and the filters a route's policy adds to them.
+//!
+//! ```text
+//! accept ─► route ─► request filters ─► upstream request ─► choose endpoint and send
+//!                                                                   │ (retries, attempt.rs)
+//!                                   log ◄─ response filters ◄───────┘
+//! ```
+//!
+//! - **accept** (`server`): framing, limits and the client's identity, per connection.
+//! - **route**: host and path against the published table; the route's policy and its filters.
+//! - **request filters**: each filter of the route may read the client's request, note what the
+//!   later phases need in the [`RequestContext`], or answer the request itself.
+//! - **upstream request**: the next hop's head (hop-by-hop headers out, forwarding headers in,
+//!   origin form) and its body (size limit, buffered for replay when it may be resent).
+//! - **choose endpoint and send**: balancer, health, retries ([`crate::attempt`]).
+//! - **response filters**: each filter may change the response head before it goes out.
+//! - **log**: every request ends here, answered by an endpoint or by the proxy.
+//!
+//! A route's filters are built from its policy once, when a request first uses the policy, and
+//! kept on the policy ([`sluice_routing::Attached`]); a route without filters pays one pointer
+//! load per phase.
+
+use http::request::Parts;
+use http::{response, HeaderValue, StatusCode};
+use sluice_routing::{Endpoint, RoutePolicy, StickyCookie, Target};
+
+use crate::error::ProxyError;
+use crate::server::ClientInfo;
+use crate::sticky::{request_cookie, set_cookie, SessionKey};
+
+/// What the phases of one request share.
+pub(crate) struct RequestContext<'r> {
+    pub(crate) client: &'r ClientInfo,
+    pub(crate) request_id: HeaderValue,
+    /// The route, once the route phase found one.
+    pub(crate) target: Option<Target<'r>>,
+    /// The endpoint to try first: a session cookie's, set by the sticky-session filter.
+    pub(crate) pinned: Option<Endpoint>,
+    /// The endpoint that answered, once one did.
+    pub(crate) endpoint: Option<Endpoint>,
+}
+
+/// What the phases may use from the proxy as a whole.
+pub(crate) struct ProxyScope<'p> {
+    pub(crate) session_key: &'p SessionKey,
+}
+
+/// A step a route adds to the request phases. Each method has a default that does nothing, so a
+/// filter implements only the phases it acts in.
+pub(crate) trait Filter: Send + Sync {
+    /// Request phase: may record what later phases need, or answer the request itself with
+    /// an error.
+    fn on_request(
+        &self,
+        _context: &mut RequestContext<'_>,
+        _request: &Parts,
+        _proxy: &ProxyScope<'_>,
+    ) -> Result<(), ProxyError> {
+        Ok(())
+    }
+
+    /// Response phase: may change the response head before it goes to the client.
+    fn on_response(
+        &self,
+        _context: &RequestContext<'_>,
+        _response: &mut response::Parts,
+        _proxy: &ProxyScope<'_>,
+    ) {
+    }
+
+    /// Log phase: the request is answered with `status`, by an endpoint or by the proxy.
+    fn on_log(&self, _context: &RequestContext<'_>, _status: StatusCode) {}
+}
+
+/// A route's filters, in the order they run.
+#[derive(Default)]
+pub(crate) struct Filters(Vec<Box<dyn Filter>>);
+
+impl Filters {
+    /// The filters of `policy`, built on first use and kept on the policy.
+    pub(crate) fn of(policy: &RoutePolicy) -> &Filters {
+        static NONE: Filters = Filters(Vec::new());
+        policy
+            .filters
+            .get_or_attach(|| Self::build(policy))
+            .unwrap_or(&NONE)
+    }
+
+    fn build(policy: &RoutePolicy) -> Self {
+        let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+        if let Some(cookie) = &policy.sticky {
+            filters.push(Box::new(StickySession(cookie.clone())));
+        }
+        Self(filters)
+    }
+
+    pub(crate) fn on_request(
+        &self,
+        context: &mut RequestContext<'_>,
+        request: &Parts,
+        proxy: &ProxyScope<'_>,
+    ) -> Result<(), ProxyError> {
+        self.0
+            .iter()
+            .try_for_each(|filter| filter.on_request(context, request, proxy))
+    }
+
+    pub(crate) fn on_response(
+        &self,
+        context: &RequestContext<'_>,
+        response: &mut response::Parts,
+        proxy: &ProxyScope<'_>,
+    ) {
+        for filter in &self.0 {
+            filter.on_response(context, response, proxy);
+        }
+    }
+
+    pub(crate) fn on_log(&self, context: &RequestContext<'_>, status: StatusCode) {
+        for filter in &self.0 {
+            filter.on_log(context, status);
+        }
+    }
+}
+
+/// Cookie session affinity: a request carrying a cookie that names an endpoint still serving
+/// goes there first; a response from any other endpoint pins the session to it.
+struct StickySession(StickyCookie);
+
+impl Filter for StickySession {
+    fn on_request(
+        &self,
+        context: &mut RequestContext<'_>,
+        request: &Parts,
+        proxy: &ProxyScope<'_>,
+    ) -> Result<(), ProxyError> {
+        let (Some(target), Some(value)) = (
+            &context.target,
+            request_cookie(&request.headers, &self.0.name),
+        ) else {
+            return Ok(());
+        };
+        let set = target.backend.endpoints().load();
+        context.pinned = proxy.session_key.pinned(&set, value).cloned();
+        Ok(())
+    }
+
+    fn on_response(
+        &self,
+        context: &RequestContext<'_>,
+        response: &mut response::Parts,
+        proxy: &ProxyScope<'_>,
+    ) {
+        let Some(endpoint) = &context.endpoint else {
+            return;
+        };
+        if context.pinned.as_ref() == Some(endpoint) {
+            return;
+        }
+        let value = proxy.session_key.value(endpoint);
+        if let Some(header) = set_cookie(&self.0, &value) {
+            response.headers.append(http::header::SET_COOKIE, header);
+        }
+    }
+}
