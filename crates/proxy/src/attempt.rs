@@ -269,7 +269,7 @@ impl<'a> Exchange<'a> {
     fn next_candidate(&mut self) -> Option<Pick> {
         let set = self.set.clone();
         let eligible = set.eligible();
-        let runtimes = self.settings.runtime.attach(&set);
+        let state = self.settings.runtime.attach(&set);
         if self.candidates.is_none() {
             let key = RequestKey {
                 parts: &self.parts,
@@ -279,14 +279,17 @@ impl<'a> Exchange<'a> {
                 &self.policy.balancer,
                 self.backend,
                 eligible,
-                runtimes,
+                state,
                 &key,
             ));
         }
         loop {
-            let position = self.candidates.as_mut()?.next(eligible, &self.skip)?;
+            let position = self
+                .candidates
+                .as_mut()?
+                .next(eligible, &self.skip, state)?;
             let endpoint = eligible[position].clone();
-            let runtime = match runtimes.get(position) {
+            let runtime = match state.endpoints().get(position) {
                 Some(runtime) => runtime.clone(),
                 None => self.settings.runtime.endpoint(&endpoint),
             };
@@ -484,6 +487,7 @@ impl<'a> Exchange<'a> {
         self.settings
             .runtime
             .attach(&self.set)
+            .endpoints()
             .iter()
             .take(eligible)
             .filter(|other| !Arc::ptr_eq(other, runtime) && other.stats.is_ejected())

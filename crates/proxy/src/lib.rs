@@ -61,8 +61,12 @@ pub mod bench_support {
         client: IpAddr,
     ) -> Option<usize> {
         let set = backend.endpoints().load();
-        let runtimes = runtime.attach(&set);
+        let state = runtime.attach(&set);
         let key = RequestKey { parts, client };
-        Candidates::new(balancer, backend, set.eligible(), runtimes, &key).next(set.eligible(), &[])
+        Candidates::new(balancer, backend, set.eligible(), state, &key).next(
+            set.eligible(),
+            &[],
+            state,
+        )
     }
 }

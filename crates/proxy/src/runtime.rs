@@ -1,11 +1,12 @@
 //! The data plane's runtime state in one place: per-endpoint connections and health, per-backend retry budgets, and counters.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use hashbrown::{HashMap, HashSet};
 use prometheus_client::metrics::counter::Counter;
 use sluice_routing::{Backend, BackendId, Condition, Endpoint, EndpointSet, RoutingTable};
 
+use crate::balance::HashRing;
 use crate::budget::RetryBudget;
 use crate::health::EndpointStats;
 use crate::pool::ConnectionPool;
@@ -17,8 +18,23 @@ pub(crate) struct EndpointRuntime {
     pub(crate) stats: Arc<EndpointStats>,
 }
 
-/// Each endpoint's runtime of one endpoint set, in the set's order, attached to the set.
-struct SetRuntime(Vec<Arc<EndpointRuntime>>);
+/// The runtime of one endpoint set, attached to the set: each endpoint's, in the set's order,
+/// and the consistent-hash ring over its eligible endpoints once a hash balancer needs it.
+pub(crate) struct SetRuntime {
+    endpoints: Vec<Arc<EndpointRuntime>>,
+    ring: OnceLock<HashRing>,
+}
+
+impl SetRuntime {
+    pub(crate) fn endpoints(&self) -> &[Arc<EndpointRuntime>] {
+        &self.endpoints
+    }
+
+    /// The ring over `eligible`, which must be the set's eligible endpoints.
+    pub(crate) fn ring(&self, eligible: &[Endpoint]) -> &HashRing {
+        self.ring.get_or_init(|| HashRing::new(eligible))
+    }
+}
 
 /// Counters of the data plane; the metrics registry holds clones that share the same values.
 #[derive(Debug, Default)]
@@ -63,7 +79,7 @@ impl Runtime {
         position: usize,
         endpoint: &Endpoint,
     ) -> Arc<EndpointRuntime> {
-        match self.attach(set).get(position) {
+        match self.attach(set).endpoints().get(position) {
             Some(runtime) => runtime.clone(),
             None => self.endpoint(endpoint),
         }
@@ -71,10 +87,18 @@ impl Runtime {
 
     /// Each endpoint's runtime, in the set's order; attached to the set on first use (the
     /// publish path attaches it before any request sees the set).
-    pub(crate) fn attach<'s>(&self, set: &'s EndpointSet) -> &'s [Arc<EndpointRuntime>] {
+    pub(crate) fn attach<'s>(&self, set: &'s EndpointSet) -> &'s SetRuntime {
+        // For a slot holding something else, which never happens.
+        static UNATTACHED: SetRuntime = SetRuntime {
+            endpoints: Vec::new(),
+            ring: OnceLock::new(),
+        };
         set.runtime()
-            .get_or_attach(|| SetRuntime(set.iter().map(|e| self.endpoint(e)).collect()))
-            .map_or(&[], |attached| &attached.0)
+            .get_or_attach(|| SetRuntime {
+                endpoints: set.iter().map(|e| self.endpoint(e)).collect(),
+                ring: OnceLock::new(),
+            })
+            .unwrap_or(&UNATTACHED)
     }
 
     /// The backend's retry budget, attached to the backend on first use. A recompiled backend

@@ -41,7 +41,7 @@ pub enum Balancer {
     LeastRequest,
     /// Power of two choices scored by peak-EWMA latency times requests in flight.
     Ewma,
-    /// Consistent (rendezvous) hashing of a request key: adding one endpoint to N moves about
+    /// Consistent hashing (a ring) of a request key: adding one endpoint to N moves about
     /// 1/(N+1) of the keys.
     Hash(HashKey),
 }

@@ -10,9 +10,9 @@ use sluice_routing::{BackendId, BackendMode, EndpointSet};
 use super::*;
 use crate::runtime::Runtime;
 
-/// Each endpoint's runtime state, in the order of `eligible`.
-fn runtimes(runtime: &Runtime, eligible: &[Endpoint]) -> Vec<Arc<EndpointRuntime>> {
-    eligible.iter().map(|e| runtime.endpoint(e)).collect()
+/// The runtime state attached to a set of `eligible`, as the request path finds it.
+fn attached(eligible: &[Endpoint]) -> EndpointSet {
+    EndpointSet::new(eligible.to_vec())
 }
 
 fn endpoints(count: usize) -> Vec<Endpoint> {
@@ -53,10 +53,13 @@ fn first_pick(
         parts,
         client: IpAddr::V4(Ipv4Addr::LOCALHOST),
     };
-    let runtimes = runtimes(runtime, eligible);
-    let mut candidates = Candidates::new(balancer, backend, eligible, &runtimes, &key);
-    let position = candidates.next(eligible, &[]).expect("a candidate");
-    eligible[position].clone()
+    let set = attached(eligible);
+    let state = runtime.attach(&set);
+    let mut candidates = Candidates::new(balancer, backend, set.eligible(), state, &key);
+    let position = candidates
+        .next(set.eligible(), &[], state)
+        .expect("a candidate");
+    set.eligible()[position].clone()
 }
 
 #[test]
@@ -87,11 +90,12 @@ fn every_balancer_lists_each_endpoint_once() {
             parts: &parts,
             client: IpAddr::V4(Ipv4Addr::LOCALHOST),
         };
-        let runtimes = runtimes(&runtime, &eligible);
-        let mut candidates = Candidates::new(balancer, &backend, &eligible, &runtimes, &key);
+        let set = attached(&eligible);
+        let state = runtime.attach(&set);
+        let mut candidates = Candidates::new(balancer, &backend, set.eligible(), state, &key);
         let mut seen: Vec<Endpoint> = Vec::new();
-        while let Some(next) = candidates.next(&eligible, &seen) {
-            seen.push(eligible[next].clone());
+        while let Some(next) = candidates.next(set.eligible(), &seen, state) {
+            seen.push(set.eligible()[next].clone());
         }
         seen.sort();
         assert_eq!(seen, eligible, "{balancer:?}");
