@@ -1,0 +1,120 @@
+//! Opens many keep-alive client connections to a proxy, sends one request on each, and holds them idle so the proxy's memory per idle connection can be read.
+//!
+//! ```text
+//! idle-clients --connect 127.0.0.1:18080 --host bench.test --connections 10000 --hold-seconds 30
+//! ```
+//!
+//! Prints `ready` on its own line once every connection has had its response, then holds them
+//! for `--hold-seconds` (or until killed). Connections are opened from the loopback addresses
+//! 127.0.0.2 upwards in turn, so 10,000 or more do not exhaust one address's ports.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// Connections per loopback source address.
+const PER_SOURCE_ADDRESS: usize = 20_000;
+
+struct Options {
+    connect: SocketAddr,
+    host: String,
+    connections: usize,
+    hold: Duration,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let options = parse(std::env::args().skip(1))?;
+    let request = format!("GET / HTTP/1.1\r\nHost: {}\r\n\r\n", options.host);
+    let mut held = Vec::with_capacity(options.connections);
+    for index in 0..options.connections {
+        held.push(open_and_ask(options.connect, index, request.as_bytes()).await?);
+    }
+    println!("ready");
+    tokio::time::sleep(options.hold).await;
+    drop(held);
+    Ok(())
+}
+
+/// One connection from its own source address, one request, and its whole response read.
+async fn open_and_ask(
+    target: SocketAddr,
+    index: usize,
+    request: &[u8],
+) -> anyhow::Result<TcpStream> {
+    let source = Ipv4Addr::from(
+        u32::from(Ipv4Addr::new(127, 0, 0, 2)) + (index / PER_SOURCE_ADDRESS) as u32,
+    );
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(source.into(), 0))?;
+    let mut stream = socket
+        .connect(target)
+        .await
+        .with_context(|| format!("connection {index} to {target}"))?;
+    stream.write_all(request).await?;
+    read_one_response(&mut stream)
+        .await
+        .with_context(|| format!("response on connection {index}"))?;
+    Ok(stream)
+}
+
+/// Reads a response head and its `Content-Length` body; anything but a 2xx is an error.
+async fn read_one_response(stream: &mut TcpStream) -> anyhow::Result<()> {
+    let mut received = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let read = stream.read(&mut chunk).await?;
+        if read == 0 {
+            bail!("closed before a whole response");
+        }
+        received.extend_from_slice(&chunk[..read]);
+        let Some(head_end) = find(&received, b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&received[..head_end]).to_ascii_lowercase();
+        if !head.starts_with("http/1.1 2") {
+            bail!("answered {}", head.lines().next().unwrap_or_default());
+        }
+        let length = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length:"))
+            .and_then(|value| value.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        if received.len() >= head_end + 4 + length {
+            return Ok(());
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Options> {
+    let mut options = Options {
+        connect: SocketAddr::from(([127, 0, 0, 1], 18080)),
+        host: "bench.test".to_owned(),
+        connections: 10_000,
+        hold: Duration::from_secs(3600),
+    };
+    while let Some(flag) = args.next() {
+        let value = args
+            .next()
+            .with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--connect" => options.connect = value.parse().context("--connect ADDR:PORT")?,
+            "--host" => options.host = value,
+            "--connections" => options.connections = value.parse().context("--connections N")?,
+            "--hold-seconds" => {
+                options.hold = Duration::from_secs(value.parse().context("--hold-seconds N")?)
+            }
+            other => bail!("unknown flag {other}; see the header of bench/src/bin/idle-clients.rs"),
+        }
+    }
+    Ok(options)
+}
