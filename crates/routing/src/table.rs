@@ -152,9 +152,9 @@ impl TableBuilder {
         }
     }
 
-    /// The backends added so far, in order.
-    pub fn backends(&self) -> &[Backend] {
-        &self.backends
+    /// The backends added, in order, without building a table (the routes are dropped).
+    pub fn into_backends(self) -> Vec<Backend> {
+        self.backends
     }
 
     pub fn has_backend(&self, id: &BackendId) -> bool {

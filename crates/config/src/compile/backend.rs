@@ -112,16 +112,19 @@ impl EndpointSources {
         self.0.get(service).map(Vec::as_slice).unwrap_or_default()
     }
 
-    /// Adds every source of `other` not already listed.
-    pub(super) fn extend(&mut self, other: &EndpointSources) {
-        for (service, sources) in &other.0 {
-            for source in sources {
-                self.add(service.clone(), source.clone());
-            }
-        }
+    /// Every (Service, source) pair.
+    pub(super) fn into_entries(self) -> Vec<(ObjectKey, EndpointSource)> {
+        self.0
+            .into_iter()
+            .flat_map(|(service, sources)| {
+                sources
+                    .into_iter()
+                    .map(move |source| (service.clone(), source))
+            })
+            .collect()
     }
 
-    fn add(&mut self, service: ObjectKey, source: EndpointSource) {
+    pub(super) fn add(&mut self, service: ObjectKey, source: EndpointSource) {
         let sources = self.0.entry(service).or_default();
         if !sources.contains(&source) {
             sources.push(source);

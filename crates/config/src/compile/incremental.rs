@@ -21,7 +21,9 @@ use sluice_routing::{
     Backend, BackendId, EndpointSet, HostMatch, PathMatch, RoutePolicy, TableBuilder,
 };
 
-use super::backend::{BackendField, EndpointResolver, EndpointSources, ServiceIndex};
+use super::backend::{
+    BackendField, EndpointResolver, EndpointSource, EndpointSources, ServiceIndex,
+};
 use super::class::ClassFilter;
 use super::{compile_ingress, oldest_first, path_field, CompileOptions, Compiled};
 use crate::annotations::{ingress_annotations, IngressAnnotations};
@@ -50,9 +52,10 @@ struct CachedIngress {
 /// What one served Ingress contributes to the table, and the inputs it was compiled from.
 #[derive(Default)]
 pub(super) struct Fragment {
-    /// The backends its references resolved to (routes are kept apart, in `routes`).
-    pub(super) builder: TableBuilder,
-    pub(super) endpoint_sources: EndpointSources,
+    /// The backends its references resolved to.
+    pub(super) backends: Vec<Backend>,
+    /// Which of those backends each Service's EndpointSlices feed.
+    pub(super) endpoint_sources: Vec<(ObjectKey, EndpointSource)>,
     pub(super) routes: Vec<FragmentRoute>,
     pub(super) default_backend: Option<(BackendId, Arc<RoutePolicy>)>,
     pub(super) diagnostics: Diagnostics,
@@ -308,7 +311,7 @@ struct Merge<'f> {
 
 impl<'f> Merge<'f> {
     fn add(&mut self, key: &'f ObjectKey, fragment: &'f Fragment) {
-        for backend in fragment.builder.backends() {
+        for backend in &fragment.backends {
             if !self.builder.has_backend(backend.id()) {
                 let copy = Backend::new(
                     backend.id().clone(),
@@ -318,7 +321,9 @@ impl<'f> Merge<'f> {
                 self.builder.add_backend(copy);
             }
         }
-        self.endpoint_sources.extend(&fragment.endpoint_sources);
+        for (service, source) in &fragment.endpoint_sources {
+            self.endpoint_sources.add(service.clone(), source.clone());
+        }
         if let Some((backend, policy)) = &fragment.default_backend {
             self.set_default_backend(key, backend, policy);
         }

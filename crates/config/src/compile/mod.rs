@@ -9,7 +9,7 @@ mod policy;
 use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
-use sluice_routing::{BackendId, HostMatch, PathMatch, RoutePolicy, RoutingTable};
+use sluice_routing::{BackendId, HostMatch, PathMatch, RoutePolicy, RoutingTable, TableBuilder};
 
 use crate::annotations::{ingress_policy, IngressAnnotations, IngressPolicy, ServiceUpstream};
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
@@ -91,6 +91,8 @@ fn compile_ingress(
         services,
         endpoints: RecordingResolver::new(endpoints),
         fragment: Fragment::default(),
+        backends: TableBuilder::new(),
+        endpoint_sources: EndpointSources::default(),
         diagnostics,
         policies: Vec::new(),
     };
@@ -102,11 +104,15 @@ fn compile_ingress(
     let Compiler {
         endpoints,
         mut fragment,
+        backends,
+        endpoint_sources,
         diagnostics,
         ..
     } = compiler;
     fragment.diagnostics = diagnostics;
     fragment.endpoint_sets = endpoints.into_used();
+    fragment.backends = backends.into_backends();
+    fragment.endpoint_sources = endpoint_sources.into_entries();
     fragment
 }
 
@@ -126,6 +132,9 @@ struct Compiler<'a, 'r> {
     services: &'a ServiceIndex<'a>,
     endpoints: RecordingResolver<'r>,
     fragment: Fragment,
+    /// The backends the Ingress's references resolve to (its routes go to `fragment`).
+    backends: TableBuilder,
+    endpoint_sources: EndpointSources,
     diagnostics: Diagnostics,
     /// The policy of each backend the Ingress sends to, computed once per backend.
     policies: Vec<(BackendId, Arc<RoutePolicy>)>,
@@ -299,8 +308,8 @@ impl<'a> Compiler<'a, '_> {
             found.map(Version::of),
         ));
         let sink = BackendSink {
-            builder: &mut self.fragment.builder,
-            endpoint_sources: &mut self.fragment.endpoint_sources,
+            builder: &mut self.backends,
+            endpoint_sources: &mut self.endpoint_sources,
             diagnostics: &mut self.diagnostics,
         };
         let resolved = resolve(self.services, &self.endpoints, &reference, sink)?;
