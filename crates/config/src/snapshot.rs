@@ -68,6 +68,16 @@ impl KubeObject {
             Self::Secret(o) => &o.metadata,
         }
     }
+
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Self::Ingress(o) => &mut o.metadata,
+            Self::IngressClass(o) => &mut o.metadata,
+            Self::Service(o) => &mut o.metadata,
+            Self::EndpointSlice(o) => &mut o.metadata,
+            Self::Secret(o) => &mut o.metadata,
+        }
+    }
 }
 
 /// Every object the compiler reads. Both sources (manifest directory and Kubernetes API)

@@ -178,7 +178,12 @@ fn parse_file(path: &Path, text: &str) -> Result<Vec<KubeObject>, FileError> {
     let mut objects = Vec::new();
     for document in documents {
         match document {
-            Document::Object(object) => objects.push(object),
+            Document::Object(mut object) => {
+                // A file's content is its version: a resourceVersion copied from a cluster
+                // would not change when the file is edited, and the compiler trusts it.
+                object.metadata_mut().resource_version = None;
+                objects.push(object);
+            }
             Document::Skipped {
                 api_version,
                 kind,

@@ -57,6 +57,8 @@ pub struct ClusterState {
     endpoint_cache: EndpointCache,
     /// What each watch covers, by [`WatchId`].
     scopes: Vec<WatchScope>,
+    /// The last content version stamped on a stored object (see `stamp_version`).
+    content_versions: u64,
 }
 
 /// The kind and namespace one watch covers.
@@ -152,7 +154,33 @@ impl ClusterState {
             })
     }
 
-    fn upsert(&mut self, object: KubeObject) -> Effect {
+    /// Gives an incoming object a `resourceVersion` that changes only with its content: the
+    /// stored object's when the content is the same, a new one when it differs. The API's own
+    /// version is trimmed (it changes on every write, status included), so an unchanged
+    /// object compares equal; this one lets the incremental compiler tell a changed Ingress or
+    /// Service by its version instead of comparing it whole.
+    fn stamp_version(&mut self, object: &mut KubeObject) {
+        let key = ObjectKey::of(object.metadata());
+        let snapshot = &self.snapshot;
+        let stored = match &*object {
+            KubeObject::IngressClass(_) => {
+                snapshot.ingress_classes.get(&key.name).map(|o| &o.metadata)
+            }
+            KubeObject::Service(_) => snapshot.services.get(&key).map(|o| &o.metadata),
+            KubeObject::Secret(_) => snapshot.secrets.get(&key).map(|o| &o.metadata),
+            KubeObject::Ingress(_) => snapshot.ingresses.get(&key).map(|o| &o.metadata),
+            KubeObject::EndpointSlice(_) => snapshot.endpoint_slices.get(&key).map(|o| &o.metadata),
+        };
+        object.metadata_mut().resource_version = stored.and_then(|m| m.resource_version.clone());
+        if !self.same_for_compile(object) {
+            self.content_versions += 1;
+            object.metadata_mut().resource_version =
+                Some(format!("sluice-{}", self.content_versions));
+        }
+    }
+
+    fn upsert(&mut self, mut object: KubeObject) -> Effect {
+        self.stamp_version(&mut object);
         let key = ObjectKey::of(object.metadata());
         match object {
             KubeObject::EndpointSlice(slice) => {
@@ -261,6 +289,20 @@ impl ClusterState {
             "EndpointSlice" => Box::new(snapshot.endpoint_slices.keys().cloned()),
             "Secret" => Box::new(snapshot.secrets.keys().cloned()),
             _ => Box::new(std::iter::empty()),
+        }
+    }
+
+    /// Whether the stored object is the same as far as compile reads it: all of it, but an
+    /// Ingress's status (which sluice itself writes).
+    fn same_for_compile(&self, object: &KubeObject) -> bool {
+        match object {
+            KubeObject::Ingress(ingress) => {
+                let key = ObjectKey::of(&ingress.metadata);
+                self.snapshot.ingresses.get(&key).is_some_and(|stored| {
+                    stored.spec == ingress.spec && stored.metadata == ingress.metadata
+                })
+            }
+            other => self.contains_equal(other),
         }
     }
 

@@ -8,7 +8,8 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 const SECRET_KEYS: [&str; 3] = ["tls.crt", "tls.key", "ca.crt"];
 
 /// Removes managedFields, the last-applied copy, the resourceVersion (so that two versions with
-/// the same content compare equal), and per-kind fields sluice does not use.
+/// the same content compare equal; the cluster state stamps its own content version), and
+/// per-kind fields sluice does not use.
 pub(super) fn trim(object: &mut KubeObject) {
     let metadata = match object {
         KubeObject::Ingress(o) => &mut o.metadata,
