@@ -169,11 +169,14 @@ impl Checkin {
             pool.keep(connection, Instant::now() + keep_for);
             return;
         }
-        tokio::spawn(async move {
-            if connection.sender.ready().await.is_ok() {
-                pool.keep(connection, Instant::now() + keep_for);
-            }
-        });
+        // Outside a runtime (a body dropped after shutdown) the connection just closes.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if connection.sender.ready().await.is_ok() {
+                    pool.keep(connection, Instant::now() + keep_for);
+                }
+            });
+        }
     }
 }
 
