@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sluice_routing::{
-    Backend, BackendId, EndpointSet, HostMatch, PathMatch, RoutePolicy, TableBuilder,
+    Backend, BackendId, BackendMode, EndpointSet, HostMatch, PathMatch, RoutePolicy, TableBuilder,
 };
 
 use super::backend::{
@@ -52,8 +52,9 @@ struct CachedIngress {
 /// What one served Ingress contributes to the table, and the inputs it was compiled from.
 #[derive(Default)]
 pub(super) struct Fragment {
-    /// The backends its references resolved to.
-    pub(super) backends: Vec<Backend>,
+    /// The backends its references resolved to: id, mode and endpoint set (a table's
+    /// `Backend` also carries a cell and a cursor, which only the published table needs).
+    pub(super) backends: Vec<(BackendId, BackendMode, Arc<EndpointSet>)>,
     /// Which of those backends each Service's EndpointSlices feed.
     pub(super) endpoint_sources: Vec<(ObjectKey, EndpointSource)>,
     pub(super) routes: Vec<FragmentRoute>,
@@ -311,14 +312,10 @@ struct Merge<'f> {
 
 impl<'f> Merge<'f> {
     fn add(&mut self, key: &'f ObjectKey, fragment: &'f Fragment) {
-        for backend in &fragment.backends {
-            if !self.builder.has_backend(backend.id()) {
-                let copy = Backend::new(
-                    backend.id().clone(),
-                    backend.mode(),
-                    backend.endpoints().load(),
-                );
-                self.builder.add_backend(copy);
+        for (id, mode, endpoints) in &fragment.backends {
+            if !self.builder.has_backend(id) {
+                let backend = Backend::new(id.clone(), *mode, endpoints.clone());
+                self.builder.add_backend(backend);
             }
         }
         for (service, source) in &fragment.endpoint_sources {

@@ -111,7 +111,14 @@ fn compile_ingress(
     } = compiler;
     fragment.diagnostics = diagnostics;
     fragment.endpoint_sets = endpoints.into_used();
-    fragment.backends = backends.into_backends();
+    fragment.backends = backends
+        .into_backends()
+        .into_iter()
+        .map(|backend| {
+            let endpoints = backend.endpoints().load();
+            (backend.id().clone(), backend.mode(), endpoints)
+        })
+        .collect();
     fragment.endpoint_sources = endpoint_sources.into_entries();
     fragment
 }
