@@ -5,18 +5,15 @@
 //! ```
 //!
 //! Prints `ready` on its own line once every connection has had its response, then holds them
-//! for `--hold-seconds` (or until killed). Connections are opened from the loopback addresses
-//! 127.0.0.2 upwards in turn, so 10,000 or more do not exhaust one address's ports.
+//! for `--hold-seconds` (or until killed). Connections are opened one after another; the kernel
+//! picks each source port for its own address pair, so no port is held by a bind.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
-
-/// Connections per loopback source address.
-const PER_SOURCE_ADDRESS: usize = 20_000;
+use tokio::net::TcpStream;
 
 struct Options {
     connect: SocketAddr,
@@ -39,19 +36,13 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One connection from its own source address, one request, and its whole response read.
+/// One connection, one request, and its whole response read.
 async fn open_and_ask(
     target: SocketAddr,
     index: usize,
     request: &[u8],
 ) -> anyhow::Result<TcpStream> {
-    let source = Ipv4Addr::from(
-        u32::from(Ipv4Addr::new(127, 0, 0, 2)) + (index / PER_SOURCE_ADDRESS) as u32,
-    );
-    let socket = TcpSocket::new_v4()?;
-    socket.bind(SocketAddr::new(source.into(), 0))?;
-    let mut stream = socket
-        .connect(target)
+    let mut stream = TcpStream::connect(target)
         .await
         .with_context(|| format!("connection {index} to {target}"))?;
     stream.write_all(request).await?;

@@ -301,6 +301,20 @@ mod tests {
     }
 
     #[test]
+    fn a_resource_version_copied_into_a_file_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let copied = SERVICE.replace("name: web", "name: web\n  resourceVersion: \"42\"");
+        assert!(
+            copied.contains("resourceVersion"),
+            "the fixture carries one"
+        );
+        std::fs::write(dir.path().join("web.yaml"), copied).unwrap();
+        let load = ManifestDir::new(dir.path()).load().unwrap();
+        let service = &load.snapshot.services[&ObjectKey::new("default", "web")];
+        assert_eq!(service.metadata.resource_version, None);
+    }
+
+    #[test]
     fn removing_a_file_removes_its_objects() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("web.yml");

@@ -59,7 +59,6 @@ pub(super) struct Fragment {
     pub(super) endpoint_sources: Vec<(ObjectKey, EndpointSource)>,
     pub(super) routes: Vec<FragmentRoute>,
     pub(super) default_backend: Option<(BackendId, Arc<RoutePolicy>)>,
-    pub(super) diagnostics: Diagnostics,
     /// Every Service it referenced, with the version it saw (`None`: missing).
     pub(super) services: Vec<(ObjectKey, Option<Version<Service>>)>,
     /// Every endpoint set it read.
@@ -281,7 +280,7 @@ fn compile_cached(
     let fragment = classes
         .serves(ingress, &annotations, key, &mut diagnostics)
         .then(|| {
-            let mut fragment = compile_ingress(
+            let (fragment, found) = compile_ingress(
                 key,
                 ingress,
                 &annotations,
@@ -289,7 +288,7 @@ fn compile_cached(
                 endpoints,
                 annotation_diagnostics,
             );
-            diagnostics.append(std::mem::take(&mut fragment.diagnostics));
+            diagnostics.append(found);
             fragment
         });
     CachedIngress {

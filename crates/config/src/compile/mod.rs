@@ -77,8 +77,9 @@ pub fn compile_with(
     IncrementalCompiler::new(options.clone()).compile(snapshot, endpoints)
 }
 
-/// Compiles one served Ingress on its own, into a fragment the merge combines with the others.
-/// Whether the Ingress is served at all is decided by the caller.
+/// Compiles one served Ingress on its own, into a fragment the merge combines with the others,
+/// and its findings (after `diagnostics`, those found before). Whether the Ingress is served
+/// at all is decided by the caller.
 fn compile_ingress(
     key: &ObjectKey,
     ingress: &Ingress,
@@ -86,7 +87,7 @@ fn compile_ingress(
     services: &ServiceIndex<'_>,
     endpoints: &dyn EndpointResolver,
     diagnostics: Diagnostics,
-) -> Fragment {
+) -> (Fragment, Diagnostics) {
     let mut compiler = Compiler {
         services,
         endpoints: RecordingResolver::new(endpoints),
@@ -109,7 +110,6 @@ fn compile_ingress(
         diagnostics,
         ..
     } = compiler;
-    fragment.diagnostics = diagnostics;
     fragment.endpoint_sets = endpoints.into_used();
     fragment.backends = backends
         .into_backends()
@@ -120,7 +120,7 @@ fn compile_ingress(
         })
         .collect();
     fragment.endpoint_sources = endpoint_sources.into_entries();
-    fragment
+    (fragment, diagnostics)
 }
 
 /// Ingresses ordered by age, oldest first, then by namespace/name: the order conflicts resolve in.

@@ -511,6 +511,34 @@ mod tests {
     }
 
     #[test]
+    fn the_content_version_changes_with_the_content_and_only_with_it() {
+        let mut state = state();
+        list(&mut state, 1, vec![ingress(None)]);
+        let version = |state: &ClusterState| {
+            state.snapshot().ingresses[&web()]
+                .metadata
+                .resource_version
+                .clone()
+        };
+        let first = version(&state);
+        assert!(first.is_some(), "a stored object carries a content version");
+        state.apply(event(1, Event::Apply(ingress(None))));
+        assert_eq!(version(&state), first, "the same content keeps its version");
+        state.apply(event(1, Event::Apply(ingress(Some("10.96.0.7")))));
+        assert_eq!(
+            version(&state),
+            first,
+            "a status change is not a content change"
+        );
+        let mut changed = ingress(Some("10.96.0.7"));
+        if let KubeObject::Ingress(i) = &mut changed {
+            i.spec.as_mut().unwrap().ingress_class_name = Some("other".into());
+        }
+        state.apply(event(1, Event::Apply(changed)));
+        assert_ne!(version(&state), first, "a spec change gets a new version");
+    }
+
+    #[test]
     fn a_status_only_change_does_not_recompile() {
         let mut state = state();
         list(&mut state, 1, vec![ingress(None)]);
