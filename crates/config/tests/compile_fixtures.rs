@@ -101,6 +101,7 @@ fn check(path: &Path) -> Vec<String> {
             .clone()
             .unwrap_or_else(|| "sluice".to_owned()),
         watch_without_class: expected.options.watch_ingress_without_class,
+        default_certificate: None,
     };
     let compiled = compile(&snapshot, &options);
     assert_eq!(

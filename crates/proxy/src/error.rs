@@ -30,6 +30,13 @@ pub enum ProxyError {
     BodyTooLarge,
     #[error("the client stopped sending the request body")]
     ClientBodyTimeout,
+    #[error("the request's host is served with another certificate than this connection's")]
+    Misdirected,
+    #[error("redirected to {location:?}")]
+    Redirect {
+        status: StatusCode,
+        location: http::HeaderValue,
+    },
 }
 
 impl ProxyError {
@@ -45,6 +52,8 @@ impl ProxyError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::Misdirected => StatusCode::MISDIRECTED_REQUEST,
+            Self::Redirect { status, .. } => *status,
         }
     }
 
@@ -62,6 +71,8 @@ impl ProxyError {
             Self::MethodNotAllowed => "405 method not allowed\n",
             Self::BodyTooLarge => "413 request body too large\n",
             Self::ClientBodyTimeout => "408 request body timed out\n",
+            Self::Misdirected => "421 misdirected request\n",
+            Self::Redirect { .. } => "redirecting\n",
         }
     }
 

@@ -115,6 +115,7 @@ impl Forwarding {
     ) {
         let peer = canonical(info.client.ip());
         let real_client = address_value(self.real_client);
+        let proto = HeaderValue::from_static(if info.tls.is_some() { "https" } else { "http" });
         if self.trusted {
             let chain = forwarded_for(headers);
             let appended = match chain.is_empty() {
@@ -124,14 +125,14 @@ impl Forwarding {
             if let Ok(value) = HeaderValue::try_from(appended) {
                 headers.insert(X_FORWARDED_FOR, value);
             }
-            keep_or_insert(headers, X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            keep_or_insert(headers, X_FORWARDED_PROTO, proto);
             keep_or_insert(headers, X_FORWARDED_HOST, host.clone());
             keep_or_insert(headers, X_FORWARDED_PORT, port_value(info));
         } else {
             remove_forwarding(headers);
             // Untrusted: the peer is the real client.
             headers.insert(X_FORWARDED_FOR, real_client.clone());
-            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            headers.insert(X_FORWARDED_PROTO, proto);
             headers.insert(X_FORWARDED_HOST, host.clone());
             headers.insert(X_FORWARDED_PORT, port_value(info));
         }
@@ -226,6 +227,7 @@ mod tests {
             peer: client,
             client,
             server: "127.0.0.1:8080".parse().unwrap_or_else(|e| panic!("{e}")),
+            tls: None,
         }
     }
 

@@ -22,20 +22,22 @@ mod runtime;
 mod server;
 mod sticky;
 mod table_handle;
+mod upgrade;
 
 pub use body::{ResponseBodyError, TrackedBody, DEFAULT_REPLAY_LIMIT};
 pub use error::ProxyError;
 pub use forwarded::TrustedProxies;
 pub use options::{
     ProxyOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_HEADER_TIMEOUT,
-    DEFAULT_UPSTREAM_IDLE_TIMEOUT,
+    DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
 };
 pub use pipeline::{Proxy, ProxyBody};
 pub use runtime::{ProxyCounters, Runtime};
 pub use server::{
-    serve, ClientInfo, ListenerOptions, Phase, ShutdownSignal, ShutdownTrigger,
-    DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_CLIENT_HEADER_TIMEOUT, DEFAULT_CLIENT_IDLE_TIMEOUT,
-    DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES,
+    generate_self_signed, serve, serve_tls, ClientInfo, ListenerOptions, Phase, ShutdownSignal,
+    ShutdownTrigger, TlsInfo, TlsSetupError, TlsTerminator, DEFAULT_BODY_IDLE_TIMEOUT,
+    DEFAULT_CLIENT_HEADER_TIMEOUT, DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_MAX_CONCURRENT_STREAMS,
+    DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES,
 };
 pub use sticky::SessionKey;
 pub use table_handle::TableHandle;

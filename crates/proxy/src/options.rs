@@ -29,7 +29,15 @@ pub struct ProxyOptions {
     /// Keys the sticky-session cookie's hash; every replica must share it. `None` uses a
     /// built-in key, so replicas agree but values can be computed by anyone.
     pub session_secret: Option<Vec<u8>>,
+    /// The port `https://` redirects name (omitted when 443); `None` when no TLS listener
+    /// runs, which leaves only `force-ssl-redirect` redirecting.
+    pub https_redirect_port: Option<u16>,
+    /// How long an upgraded (WebSocket) connection may carry no byte either way.
+    pub websocket_idle_timeout: Duration,
 }
+
+/// `--websocket-idle-timeout`.
+pub const DEFAULT_WEBSOCKET_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 impl Default for ProxyOptions {
     fn default() -> Self {
@@ -41,6 +49,8 @@ impl Default for ProxyOptions {
             max_body_size: None,
             trusted_proxies: TrustedProxies::default(),
             session_secret: None,
+            https_redirect_port: None,
+            websocket_idle_timeout: DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
         }
     }
 }

@@ -34,6 +34,12 @@ pub(crate) struct RequestContext<'r> {
     pub(crate) request_id: HeaderValue,
     /// The route, once the route phase found one.
     pub(crate) target: Option<Target<'r>>,
+    /// The request's Host as the client wrote it (set by the route phase).
+    pub(crate) host: HeaderValue,
+    /// Whether the request's host has a TLS entry (an Ingress's `spec.tls` names it).
+    pub(crate) host_has_tls: bool,
+    /// A trusted proxy in front terminated TLS (`X-Forwarded-Proto: https`).
+    pub(crate) forwarded_https: bool,
     /// The endpoint to try first: a session cookie's, set by the sticky-session filter.
     pub(crate) pinned: Option<Endpoint>,
     /// The endpoint that answered, once one did.
@@ -43,6 +49,8 @@ pub(crate) struct RequestContext<'r> {
 /// What the phases may use from the proxy as a whole.
 pub(crate) struct ProxyScope<'p> {
     pub(crate) session_key: &'p SessionKey,
+    /// The port `https://` redirects name; `None` without a TLS listener.
+    pub(crate) https_redirect_port: Option<u16>,
 }
 
 /// A step a route adds to the request phases. Each method has a default that does nothing, so a
@@ -88,8 +96,21 @@ impl Filters {
 
     fn build(policy: &RoutePolicy) -> Self {
         let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+        let tls = &policy.tls;
+        if tls.ssl_redirect || tls.force_ssl_redirect {
+            filters.push(Box::new(HttpsRedirect {
+                force: tls.force_ssl_redirect,
+            }));
+        }
         if let Some(cookie) = &policy.sticky {
             filters.push(Box::new(StickySession(cookie.clone())));
+        }
+        if let Some(hsts) = tls
+            .hsts
+            .as_deref()
+            .and_then(|v| HeaderValue::from_str(v).ok())
+        {
+            filters.push(Box::new(Hsts(hsts)));
         }
         Self(filters)
     }
@@ -119,6 +140,83 @@ impl Filters {
     pub(crate) fn on_log(&self, context: &RequestContext<'_>, status: StatusCode) {
         for filter in &self.0 {
             filter.on_log(context, status);
+        }
+    }
+}
+
+/// A plain-HTTP request for a host with a TLS entry (or any host, forced) gets a 308 to
+/// `https://`, as ingress-nginx's `ssl-redirect` and `force-ssl-redirect` do. ACME HTTP-01
+/// challenges are exempt, and so is a request a trusted proxy says arrived over HTTPS.
+struct HttpsRedirect {
+    force: bool,
+}
+
+const ACME_CHALLENGE: &str = "/.well-known/acme-challenge/";
+
+impl Filter for HttpsRedirect {
+    fn on_request(
+        &self,
+        context: &mut RequestContext<'_>,
+        request: &Parts,
+        proxy: &ProxyScope<'_>,
+    ) -> Result<(), ProxyError> {
+        if context.client.tls.is_some() || context.forwarded_https {
+            return Ok(());
+        }
+        let port = match (self.force, proxy.https_redirect_port) {
+            (_, Some(port)) if self.force || context.host_has_tls => port,
+            (true, None) => 443,
+            _ => return Ok(()),
+        };
+        if request.uri.path().starts_with(ACME_CHALLENGE) {
+            return Ok(());
+        }
+        let host = host_without_port(context.host.to_str().unwrap_or_default());
+        let target = request
+            .uri
+            .path_and_query()
+            .map_or("/", |target| target.as_str());
+        let location = if port == 443 {
+            format!("https://{host}{target}")
+        } else {
+            format!("https://{host}:{port}{target}")
+        };
+        match HeaderValue::try_from(location) {
+            Ok(location) => Err(ProxyError::Redirect {
+                status: StatusCode::PERMANENT_REDIRECT,
+                location,
+            }),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// The name part of a Host header: `[::1]` of `[::1]:8080`, `a.test` of `a.test:8080`.
+fn host_without_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |end| &host[..=end]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+/// `Strict-Transport-Security` on responses sent over TLS (never over plain HTTP, which
+/// RFC 6797 §7.2 forbids).
+struct Hsts(HeaderValue);
+
+impl Filter for Hsts {
+    fn on_response(
+        &self,
+        context: &RequestContext<'_>,
+        response: &mut response::Parts,
+        _proxy: &ProxyScope<'_>,
+    ) {
+        if context.client.tls.is_some() {
+            response
+                .headers
+                .insert(http::header::STRICT_TRANSPORT_SECURITY, self.0.clone());
         }
     }
 }

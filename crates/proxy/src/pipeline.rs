@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_TYPE, HOST};
+use http::header::{CONNECTION, CONTENT_TYPE, HOST, LOCATION};
 use http::request::Parts;
-use http::{HeaderValue, Request, Response, Uri, Version};
+use http::{HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use sluice_routing::{RoutePolicy, RoutingTable};
@@ -20,9 +20,14 @@ use crate::inbound::Inbound;
 use crate::options::ProxyOptions;
 use crate::phases::{Filters, ProxyScope, RequestContext};
 use crate::runtime::Runtime;
-use crate::server::ClientInfo;
+use crate::server::ShutdownSignal;
+use crate::server::{ClientInfo, TlsInfo};
 use crate::sticky::SessionKey;
 use crate::table_handle::TableHandle;
+use crate::upgrade::{
+    requested_upgrade, restore_upgrade_headers, tunnel, TunnelShutdown, TunnelShutdownCell,
+};
+use hyper::upgrade::OnUpgrade;
 
 /// A response body: the upstream's, streamed through, or the proxy's own short text.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
@@ -34,6 +39,8 @@ pub struct Proxy {
     session_key: SessionKey,
     options: ProxyOptions,
     replay_limit: usize,
+    /// When upgraded connections must end on shutdown.
+    tunnel_shutdown: TunnelShutdownCell,
 }
 
 impl Proxy {
@@ -57,7 +64,17 @@ impl Proxy {
                 .unwrap_or_default(),
             options: options.clone(),
             replay_limit: DEFAULT_REPLAY_LIMIT,
+            tunnel_shutdown: TunnelShutdownCell::default(),
         }
+    }
+
+    /// Upgraded (WebSocket) connections get `grace_period` once `shutdown` stops the
+    /// listeners, then close. Set once; later calls are ignored.
+    pub fn watch_shutdown(&self, shutdown: ShutdownSignal, grace_period: Duration) {
+        let _ = self.tunnel_shutdown.set(TunnelShutdown {
+            signal: shutdown,
+            grace_period,
+        });
     }
 
     /// Handles one request from `client` through the request phases ([`crate::phases`]).
@@ -75,6 +92,13 @@ impl Proxy {
             client: &client,
             request_id: forwarding.request_id(request.headers()),
             target: None,
+            host: HeaderValue::from_static(""),
+            host_has_tls: false,
+            forwarded_https: forwarding.trusted
+                && request
+                    .headers()
+                    .get("x-forwarded-proto")
+                    .is_some_and(|proto| proto.as_bytes().eq_ignore_ascii_case(b"https")),
             pinned: None,
             endpoint: None,
         };
@@ -109,17 +133,37 @@ impl Proxy {
         context: &mut RequestContext<'r>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         // Route.
+        let upgrade = requested_upgrade(&request);
+        let mut request = request;
+        let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
         let (mut parts, body) = request.into_parts();
         let inbound = Inbound::read(&parts)?;
+        let host = inbound.route_host();
+        let tls_site = table.tls().site(&host);
+        if let Some(session) = &context.client.tls {
+            if !session.may_serve(tls_site) {
+                return Err(ProxyError::Misdirected);
+            }
+        }
         let target = table
-            .lookup(&inbound.route_host(), inbound.path())
+            .lookup(&host, inbound.path())
+            .filter(|target| {
+                let over_tls = context.client.tls.is_some();
+                target.policy.tls.listeners.serves(over_tls)
+            })
             .ok_or(ProxyError::NoRoute)?;
         context.target = Some(target);
+        context.host_has_tls = tls_site.is_some();
+        context.host = inbound.host.clone();
+        drop(host);
         let filters = Filters::of(target.policy);
         // Request filters.
         filters.on_request(context, &parts, &self.scope())?;
         // Upstream request.
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
+        if let Some(protocol) = upgrade {
+            restore_upgrade_headers(&mut parts.headers, protocol);
+        }
         let body = self.prepare_body(&parts, body, target.policy).await?;
         // Choose an endpoint and send.
         let settings = AttemptSettings {
@@ -141,12 +185,13 @@ impl Proxy {
         .run()
         .await?;
         // Response filters.
-        Ok(self.respond(answer, filters, context))
+        Ok(self.respond(answer, filters, context, client_upgrade))
     }
 
     fn scope(&self) -> ProxyScope<'_> {
         ProxyScope {
             session_key: &self.session_key,
+            https_redirect_port: self.options.https_redirect_port,
         }
     }
 
@@ -178,17 +223,40 @@ impl Proxy {
         answer: Answer,
         filters: &Filters,
         context: &mut RequestContext<'_>,
+        client_upgrade: Option<OnUpgrade>,
     ) -> Response<ProxyBody> {
         let Answer {
-            response,
+            mut response,
             in_flight,
             endpoint,
             checkin,
         } = answer;
+        let switched = match client_upgrade {
+            Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                let protocol = response.headers().get(http::header::UPGRADE).cloned();
+                Some((client, hyper::upgrade::on(&mut response), protocol))
+            }
+            _ => None,
+        };
         let (mut head, body) = response.into_parts();
         strip_hop_by_hop(&mut head.headers);
         context.endpoint = Some(endpoint);
         filters.on_response(context, &mut head, &self.scope());
+        if let Some((client, upstream, protocol)) = switched {
+            if let Some(protocol) = protocol {
+                restore_upgrade_headers(&mut head.headers, protocol);
+            }
+            // The connection is the tunnel's now: it never goes back to the pool.
+            drop(checkin);
+            tokio::spawn(tunnel(
+                client,
+                upstream,
+                in_flight,
+                self.options.websocket_idle_timeout,
+                self.tunnel_shutdown.get().cloned(),
+            ));
+            return Response::from_parts(head, Either::Right(Full::new(Bytes::new())));
+        }
         let idle = self.options.body_idle_timeout;
         let body = TrackedBody::new(body, in_flight, idle, checkin);
         Response::from_parts(head, Either::Left(body))
@@ -215,6 +283,62 @@ fn prepare_upstream_head(
         &context.request_id,
     );
     parts.uri = Uri::from(inbound.target);
+    if let Some(session) = &context.client.tls {
+        let pass = context
+            .target
+            .is_some_and(|target| target.policy.tls.pass_client_certificate);
+        client_certificate_headers(&mut parts.headers, session, pass);
+    }
+}
+
+/// On a host that asks for client certificates: `ssl-client-verify` (`SUCCESS` or `NONE`)
+/// and, when the route passes it on, `ssl-client-cert` (the PEM, URL-encoded as nginx's
+/// `$ssl_client_escaped_cert`). Whatever the client sent under these names is dropped first.
+fn client_certificate_headers(headers: &mut http::HeaderMap, session: &TlsInfo, pass: bool) {
+    if session
+        .site
+        .as_ref()
+        .is_none_or(|site| site.client_auth.is_none())
+    {
+        return;
+    }
+    headers.remove(SSL_CLIENT_CERT);
+    let verified = session.client_certificate.as_ref();
+    let verify = if verified.is_some() {
+        "SUCCESS"
+    } else {
+        "NONE"
+    };
+    headers.insert(SSL_CLIENT_VERIFY, HeaderValue::from_static(verify));
+    if let (true, Some(certificate)) = (pass, verified) {
+        if let Ok(value) = HeaderValue::try_from(escaped_pem(certificate)) {
+            headers.insert(SSL_CLIENT_CERT, value);
+        }
+    }
+}
+
+const SSL_CLIENT_CERT: http::HeaderName = http::HeaderName::from_static("ssl-client-cert");
+const SSL_CLIENT_VERIFY: http::HeaderName = http::HeaderName::from_static("ssl-client-verify");
+
+/// A certificate as PEM, percent-encoded except RFC 3986's unreserved characters.
+fn escaped_pem(certificate: &[u8]) -> String {
+    use base64::Engine as _;
+    let body = base64::engine::general_purpose::STANDARD.encode(certificate);
+    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in body.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    let mut escaped = String::with_capacity(pem.len() * 3 / 2);
+    for byte in pem.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            escaped.push(char::from(byte));
+        } else {
+            escaped.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    escaped
 }
 
 /// Closes idle upstream connections as they expire, until the runtime is gone.
@@ -240,6 +364,9 @@ fn error_response(error: &ProxyError) -> Response<ProxyBody> {
     );
     if error.closes_connection() {
         headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    if let ProxyError::Redirect { location, .. } = error {
+        headers.insert(LOCATION, location.clone());
     }
     response
 }

@@ -81,7 +81,8 @@ impl ConnectionPool {
             .await
             .map_err(ProxyError::UpstreamFailed)?;
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            // With upgrades: a 101 hands the connection to the WebSocket tunnel.
+            if let Err(error) = connection.with_upgrades().await {
                 tracing::debug!(%error, "upstream connection ended with an error");
             }
         });

@@ -11,6 +11,7 @@ mod normalize;
 mod path;
 mod policy;
 mod table;
+mod tls;
 mod view;
 
 pub use attached::Attached;
@@ -20,6 +21,10 @@ pub use backend::{
 pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};
 pub use path::{PathKind, PathMatch};
-pub use policy::{Balancer, HashKey, RetryOn, RetryPolicy, RoutePolicy, SameSite, StickyCookie};
+pub use policy::{
+    Balancer, HashKey, Listeners, RetryOn, RetryPolicy, RoutePolicy, SameSite, StickyCookie,
+    TlsPolicy, UpstreamProtocol, UpstreamTls,
+};
 pub use table::{BackendIndex, Route, RoutingTable, TableBuilder, Target};
+pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};
 pub use view::{BackendView, RouteView, TableView};

@@ -24,9 +24,92 @@ pub struct RoutePolicy {
     /// The largest request body in bytes (`proxy-body-size`); `Some(0)` lifts the limit, as
     /// nginx's `client_max_body_size 0` does, and `None` leaves the proxy-wide limit.
     pub max_body_size: Option<u64>,
+    /// Redirects to HTTPS, HSTS, the listeners the route is served on, client certificates.
+    pub tls: TlsPolicy,
+    /// How the data plane talks to the endpoints.
+    pub upstream: UpstreamProtocol,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
+}
+
+/// What a route asks of the TLS side.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TlsPolicy {
+    /// A plain-HTTP request for a host with a TLS entry gets a 308 to `https://`
+    /// (`ssl-redirect`, on by default as in ingress-nginx).
+    pub ssl_redirect: bool,
+    /// Redirect plain HTTP even when the host has no TLS entry (`force-ssl-redirect`).
+    pub force_ssl_redirect: bool,
+    /// `Strict-Transport-Security` for HTTPS responses (`sluice.dev/hsts`).
+    pub hsts: Option<String>,
+    /// The listeners that serve the route (Traefik's `router.tls` and `router.entrypoints`).
+    pub listeners: Listeners,
+    /// Send the verified client certificate to the endpoint as `ssl-client-cert`
+    /// (`auth-tls-pass-certificate-to-upstream`).
+    pub pass_client_certificate: bool,
+}
+
+impl Default for TlsPolicy {
+    fn default() -> Self {
+        Self {
+            ssl_redirect: true,
+            force_ssl_redirect: false,
+            hsts: None,
+            listeners: Listeners::Both,
+            pass_client_certificate: false,
+        }
+    }
+}
+
+/// Which proxy listeners serve a route.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Listeners {
+    #[default]
+    Both,
+    /// The plain HTTP listener only (Traefik's `web` entry point).
+    Plain,
+    /// The TLS listener only (`websecure`, or `router.tls: "true"`).
+    Tls,
+}
+
+impl Listeners {
+    /// Whether a request that arrived over TLS (or not) may use the route.
+    pub fn serves(self, over_tls: bool) -> bool {
+        match self {
+            Self::Both => true,
+            Self::Plain => !over_tls,
+            Self::Tls => over_tls,
+        }
+    }
+}
+
+/// The protocol spoken to a backend's endpoints.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 over TCP (and WebSocket upgrades).
+    #[default]
+    Http1,
+    /// HTTP/2 with prior knowledge over TCP (`H2C`, `GRPC`, `appProtocol: kubernetes.io/h2c`).
+    H2c,
+    /// TLS to the endpoint: HTTP/2 when it offers `h2` by ALPN (always for `GRPCS`), else
+    /// HTTP/1.1.
+    Tls(UpstreamTls),
+}
+
+/// How the data plane checks an endpoint's certificate.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UpstreamTls {
+    /// Require HTTP/2 (`GRPCS`).
+    pub http2_only: bool,
+    /// Verify the endpoint's certificate against these CAs (`proxy-ssl-secret` with
+    /// `proxy-ssl-verify: "on"`); `None` skips verification, ingress-nginx's default.
+    #[serde(skip)]
+    pub verify_roots: Option<Vec<rustls::pki_types::CertificateDer<'static>>>,
+    /// The name to verify and to send as SNI (`proxy-ssl-name`); else the request's host.
+    pub server_name: Option<String>,
 }
 
 /// How the next endpoint is chosen. Every balancer yields an ordered list of candidates, so a

@@ -10,6 +10,7 @@ use crate::backend::{Backend, BackendId};
 use crate::host::{wildcard_suffix, HostMatch};
 use crate::path::PathMatch;
 use crate::policy::RoutePolicy;
+use crate::tls::{Certificate, TlsHosts, TlsSite};
 
 /// Position of a backend in [`RoutingTable::backends`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -62,9 +63,22 @@ pub struct RoutingTable {
     backends: Vec<Backend>,
     /// Where each backend id sits in `backends`.
     positions: HashMap<BackendId, BackendIndex>,
+    /// Certificates by SNI host, client-certificate rules and passthrough hosts.
+    tls: TlsHosts,
 }
 
 impl RoutingTable {
+    /// The TLS part: certificates by host, client-certificate rules, passthrough hosts.
+    pub fn tls(&self) -> &TlsHosts {
+        &self.tls
+    }
+
+    /// The backend a passed-through TLS host is spliced to, with its Ingress.
+    pub fn passthrough(&self, host: &str) -> Option<(&Backend, &Arc<str>)> {
+        let (index, ingress) = self.tls.passthrough(host)?;
+        Some((self.backends.get(index.0)?, ingress))
+    }
+
     /// The backend for a normalised host (see [`crate::normalize_request_host`]) and a request
     /// path without its query string, or `None` when nothing, not even a default, matches.
     pub fn lookup(&self, host: &str, path: &str) -> Option<Target<'_>> {
@@ -136,6 +150,8 @@ pub struct TableBuilder {
     positions: HashMap<BackendId, BackendIndex>,
     routes: Vec<PendingRoute>,
     default_backend: Option<(BackendId, Arc<RoutePolicy>)>,
+    tls: TlsHosts,
+    passthrough: Vec<(HostMatch, BackendId, Arc<str>)>,
 }
 
 impl TableBuilder {
@@ -178,12 +194,35 @@ impl TableBuilder {
         self.default_backend = Some((backend, policy));
     }
 
+    /// Serves `site` for `host` unless another site already has it; says whether it did.
+    pub fn add_tls_site(&mut self, host: HostMatch, site: Arc<TlsSite>) -> bool {
+        self.tls.sites.insert_new(host, site)
+    }
+
+    /// The certificate for handshakes that name no TLS host (`--default-certificate`).
+    pub fn set_default_certificate(&mut self, certificate: Arc<Certificate>) {
+        self.tls.default_certificate = Some(certificate);
+    }
+
+    /// Splices TLS connections for `host` to a backend added with [`Self::add_backend`]; a
+    /// host passed through already keeps its first backend.
+    pub fn add_passthrough(&mut self, host: HostMatch, backend: BackendId, ingress: Arc<str>) {
+        self.passthrough.push((host, backend, ingress));
+    }
+
     pub fn build(self) -> RoutingTable {
         let index_of = &self.positions;
+        let mut tls = self.tls;
+        for (host, backend, ingress) in self.passthrough {
+            if let Some(&index) = index_of.get(&backend) {
+                tls.passthrough.insert_new(host, (index, ingress));
+            }
+        }
         let mut table = RoutingTable {
             default_backend: self
                 .default_backend
                 .and_then(|(id, policy)| Some((*index_of.get(&id)?, policy))),
+            tls,
             ..RoutingTable::default()
         };
         for (host, path, backend, ingress, policy) in self.routes {

@@ -32,7 +32,7 @@ pub enum Command {
     /// Parse and compile manifests, print the route table and every diagnostic; exit 1 on errors.
     Check(CheckArgs),
     /// Run a complete example: three demo pods, a ClusterIP, manifests, and sluice on 127.0.0.1:8080.
-    Demo(DemoArgs),
+    Demo(Box<DemoArgs>),
     /// Replay a Deployment's rolling update under load through sluice and count failed requests.
     Drill(Box<sluice_drill::DrillOptions>),
 }
@@ -53,8 +53,22 @@ impl ClassArgs {
         CompileOptions {
             ingress_class: self.ingress_class.clone(),
             watch_without_class: self.watch_ingress_without_class,
+            default_certificate: None,
         }
     }
+}
+
+/// TLS settings shared by `serve` and `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct TlsArgs {
+    /// The kubernetes.io/tls Secret served to handshakes that name no TLS host (no SNI, or an
+    /// unknown one). Without it, a self-signed certificate generated at start is served.
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_key)]
+    pub default_certificate: Option<ObjectKey>,
+    /// The port that redirects to https:// name; the TLS listener's port by default. Set 443
+    /// when a load balancer in front maps 443 to the TLS listener.
+    #[arg(long, value_name = "PORT")]
+    pub https_redirect_port: Option<u16>,
 }
 
 /// Proxy tunables and client limits shared by `serve` and `demo`.
@@ -112,6 +126,23 @@ pub struct ProxyArgs {
         value_name = "SECRET"
     )]
     pub session_secret: Option<String>,
+    /// An upgraded (WebSocket) connection with no byte either way for this long is closed.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub websocket_idle_timeout: Duration,
+}
+
+/// `--listen-tls`: an address, or `None` for `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenTls(pub Option<SocketAddr>);
+
+/// `--listen-tls ADDR`, or `off`.
+fn parse_listen_tls(text: &str) -> Result<ListenTls, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(ListenTls(None));
+    }
+    text.parse()
+        .map(|address| ListenTls(Some(address)))
+        .map_err(|error| format!("{text:?} is neither an address (IP:PORT) nor \"off\": {error}"))
 }
 
 fn parse_size_flag(text: &str) -> Result<u64, String> {
@@ -133,6 +164,8 @@ impl ProxyArgs {
             max_body_size: self.max_body_size,
             trusted_proxies: self.trusted_proxies.clone(),
             session_secret: self.session_secret.as_ref().map(|s| s.as_bytes().to_vec()),
+            https_redirect_port: None,
+            websocket_idle_timeout: self.websocket_idle_timeout,
         }
     }
 
@@ -165,11 +198,16 @@ pub struct ServeArgs {
     /// Address the proxy listens on.
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// Address of the TLS listener (HTTPS, HTTP/2 by ALPN, passthrough), or "off".
+    #[arg(long, default_value = "0.0.0.0:8443", value_parser = parse_listen_tls, value_name = "ADDR|off")]
+    pub listen_tls: ListenTls,
     /// Address of the admin listener (/healthz, /readyz, /metrics, /api/routes, /api/status).
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
     pub admin: SocketAddr,
     #[command(flatten)]
     pub class: ClassArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     #[command(flatten)]
     pub proxy: ProxyArgs,
     /// On SIGTERM, how long /readyz answers 503 while sluice keeps serving, so load balancers
@@ -282,9 +320,17 @@ impl ServeArgs {
             Some(dir) => SourceConfig::Manifests(dir),
             None => SourceConfig::Kubernetes(self.kube.into_config()),
         };
+        let mut compile = self.class.compile_options();
+        compile.default_certificate = self.tls.default_certificate.clone();
+        let mut proxy = self.proxy.proxy_options();
+        proxy.https_redirect_port = self
+            .tls
+            .https_redirect_port
+            .or(self.listen_tls.0.map(|address| address.port()));
         ServeConfig {
-            compile: self.class.compile_options(),
-            proxy: self.proxy.proxy_options(),
+            compile,
+            proxy,
+            listen_tls: self.listen_tls.0,
             listener: self.proxy.listener_options(self.grace_period),
             shutdown_delay: self.shutdown_delay,
             grace_period: self.grace_period,
@@ -309,6 +355,9 @@ pub struct DemoArgs {
     /// Address the demo proxy listens on.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// The demo's TLS listener (secure.demo with a certificate from a throwaway CA), or "off".
+    #[arg(long, default_value = "127.0.0.1:8443", value_parser = parse_listen_tls, value_name = "ADDR|off")]
+    pub listen_tls: ListenTls,
     /// Address of the demo's admin listener.
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
     pub admin: SocketAddr,

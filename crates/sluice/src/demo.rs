@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sluice_config::CompileOptions;
-use sluice_testkit::EchoBackend;
+use sluice_proxy::ProxyOptions;
+use sluice_testkit::{EchoBackend, TestCa};
 
 use crate::cli::DemoArgs;
 use crate::serve::{shutdown_on_signal, ServeConfig, Server, SourceConfig};
 
 /// The manifests in examples/demo/, with `{{POD_PORT}}`, `{{CLUSTER_IP}}` and `{{CLUSTER_PORT}}`
 /// left for the demo to fill in.
-const TEMPLATES: [(&str, &str); 4] = [
+const TEMPLATES: [(&str, &str); 5] = [
     (
         "ingress-class.yaml",
         include_str!("../../../examples/demo/ingress-class.yaml"),
@@ -27,7 +28,14 @@ const TEMPLATES: [(&str, &str); 4] = [
         "sticky.yaml",
         include_str!("../../../examples/demo/sticky.yaml"),
     ),
+    (
+        "secure.yaml",
+        include_str!("../../../examples/demo/secure.yaml"),
+    ),
 ];
+
+/// The host the demo serves over HTTPS.
+const SECURE_HOST: &str = "secure.demo";
 
 /// Loopback addresses of the demo pods, as an EndpointSlice would list pod IPs.
 const POD_IPS: [Ipv4Addr; 3] = [
@@ -52,14 +60,26 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         .prefix("sluice-demo-")
         .tempdir()
         .context("cannot create a directory for the demo manifests")?;
-    write_manifests(dir.path(), pod_port, cluster_ip.addr())?;
+    let ca = TestCa::new("sluice demo CA").context("cannot create the demo CA")?;
+    let issued = ca
+        .server(&[SECURE_HOST])
+        .context("cannot issue the demo certificate")?;
+    let secret = issued.secret_yaml("default", "secure-demo-tls", None);
+    write_manifests(dir.path(), pod_port, cluster_ip.addr(), &secret)?;
+    let ca_path = dir.path().join("ca.crt");
+    std::fs::write(&ca_path, ca.cert_pem())
+        .with_context(|| format!("cannot write {}", ca_path.display()))?;
 
     let config = ServeConfig {
         source: SourceConfig::Manifests(dir.path().to_owned()),
         listen: args.listen,
+        listen_tls: args.listen_tls.0,
         admin: args.admin,
         compile: CompileOptions::default(),
-        proxy: args.proxy.proxy_options(),
+        proxy: ProxyOptions {
+            https_redirect_port: args.listen_tls.0.map(|address| address.port()),
+            ..args.proxy.proxy_options()
+        },
         listener: args.proxy.listener_options(Duration::from_secs(2)),
         shutdown_delay: Duration::ZERO,
         grace_period: Duration::from_secs(2),
@@ -96,9 +116,15 @@ async fn start_pods() -> anyhow::Result<Vec<EchoBackend>> {
     ))
 }
 
-fn write_manifests(dir: &Path, pod_port: u16, cluster_ip: SocketAddr) -> anyhow::Result<()> {
+fn write_manifests(
+    dir: &Path,
+    pod_port: u16,
+    cluster_ip: SocketAddr,
+    secret: &str,
+) -> anyhow::Result<()> {
     for (name, template) in TEMPLATES {
         let text = template
+            .replace("{{SECRET}}", secret)
             .replace("{{POD_PORT}}", &pod_port.to_string())
             .replace("{{CLUSTER_IP}}", &cluster_ip.ip().to_string())
             .replace("{{CLUSTER_PORT}}", &cluster_ip.port().to_string());
@@ -134,13 +160,29 @@ Try:
   # sticky sessions: the first answer sets a cookie, the next three stay on that pod
   curl -s -c /tmp/sluice-demo-cookies -H 'Host: sticky.demo' http://{proxy}/
   for i in 1 2 3; do curl -s -b /tmp/sluice-demo-cookies -H 'Host: sticky.demo' http://{proxy}/; done
-  # the compiled table, endpoints and diagnostics
+{https}  # the compiled table, endpoints and diagnostics
   curl -s http://{admin}/api/routes
 
 Press Ctrl-C to stop.
 "#,
         admin = args.admin,
+        https = https_instructions(args, dir),
         pods = pod_list.join(", "),
         dir = dir.display(),
     );
+}
+
+/// The HTTPS lines of the instructions: curl trusting the demo CA, and the redirect.
+fn https_instructions(args: &DemoArgs, dir: &Path) -> String {
+    let Some(tls) = args.listen_tls.0 else {
+        return String::new();
+    };
+    let ca = dir.join("ca.crt");
+    format!(
+        "  # HTTPS with SNI: the certificate for {SECURE_HOST} from a Secret, HTTP/2 by ALPN, HSTS\n  curl -s --cacert {ca} --resolve {SECURE_HOST}:{port}:{ip} https://{SECURE_HOST}:{port}/ -i\n  # plain HTTP for a host with TLS: a 308 to https://\n  curl -s -o /dev/null -w '%{{http_code}} %{{redirect_url}}\\n' -H 'Host: {SECURE_HOST}' http://{proxy}/\n",
+        ca = ca.display(),
+        port = tls.port(),
+        ip = tls.ip(),
+        proxy = args.listen,
+    )
 }

@@ -50,7 +50,7 @@ fn main() -> std::process::ExitCode {
                 serve::run(config, shutdown).await.map(|()| true)
             }
             Command::Check(args) => check::run(&args),
-            Command::Demo(args) => demo::run(args).await.map(|()| true),
+            Command::Demo(args) => demo::run(*args).await.map(|()| true),
             Command::Drill(options) => drill::run(*options).await,
         }
     });

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sluice_config::CompileOptions;
-use sluice_proxy::{serve, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal};
+use sluice_proxy::{
+    serve, serve_tls, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal, TlsTerminator,
+};
 use sluice_sources::{watch_dir, DirChanges, ManifestDir};
 use tokio::net::TcpListener;
 
@@ -29,6 +31,8 @@ pub enum SourceConfig {
 pub struct ServeConfig {
     pub source: SourceConfig,
     pub listen: SocketAddr,
+    /// The TLS listener (`--listen-tls`); `None` when off.
+    pub listen_tls: Option<SocketAddr>,
     pub admin: SocketAddr,
     pub compile: CompileOptions,
     pub proxy: ProxyOptions,
@@ -55,6 +59,7 @@ pub struct Server {
     control: Arc<ControlPlane>,
     source: Source,
     proxy_listener: TcpListener,
+    tls_listener: Option<TcpListener>,
     admin_listener: TcpListener,
 }
 
@@ -66,6 +71,13 @@ impl Server {
     pub async fn bind(config: ServeConfig) -> anyhow::Result<Self> {
         let proxy_listener = bind_listener(config.listen)
             .with_context(|| format!("cannot listen on {} (--listen)", config.listen))?;
+        let tls_listener = match config.listen_tls {
+            Some(address) => Some(
+                bind_listener(address)
+                    .with_context(|| format!("cannot listen on {address} (--listen-tls)"))?,
+            ),
+            None => None,
+        };
         let admin_listener = TcpListener::bind(config.admin)
             .await
             .with_context(|| format!("cannot listen on {} (--admin)", config.admin))?;
@@ -87,6 +99,7 @@ impl Server {
             control,
             source,
             proxy_listener,
+            tls_listener,
             admin_listener,
         })
     }
@@ -98,10 +111,30 @@ impl Server {
             control,
             source,
             proxy_listener,
+            tls_listener,
             admin_listener,
         } = self;
-        tracing::info!(listen = %config.listen, admin = %config.admin, "sluice is serving");
+        tracing::info!(listen = %config.listen, listen_tls = ?config.listen_tls, admin = %config.admin, "sluice is serving");
         let proxy = Arc::new(Proxy::new(control.table().clone(), &config.proxy));
+        proxy.watch_shutdown(shutdown.clone(), config.grace_period);
+        let tls_task = match tls_listener {
+            Some(listener) => {
+                let terminator = tls_terminator(&control, &config)?;
+                let proxy = proxy.clone();
+                let handler = move |request, client| {
+                    let proxy = proxy.clone();
+                    async move { proxy.handle(request, client).await }
+                };
+                Some(tokio::spawn(serve_tls(
+                    listener,
+                    handler,
+                    shutdown.clone(),
+                    config.listener.clone(),
+                    Arc::new(terminator),
+                )))
+            }
+            None => None,
+        };
         let proxy_handler = move |request, client| {
             let proxy = proxy.clone();
             async move { proxy.handle(request, client).await }
@@ -132,10 +165,25 @@ impl Server {
             Source::Kubernetes(source) => source.run(control.clone(), shutdown).await,
         }
         proxy_task.await.context("proxy listener task failed")?;
+        if let Some(task) = tls_task {
+            task.await.context("TLS listener task failed")?;
+        }
         admin_task.await.context("admin listener task failed")?;
         tracing::info!("sluice stopped");
         Ok(())
     }
+}
+
+/// The TLS listener's handshakes, with a self-signed certificate generated for handshakes
+/// that no Secret serves.
+fn tls_terminator(control: &ControlPlane, config: &ServeConfig) -> anyhow::Result<TlsTerminator> {
+    let terminator = TlsTerminator::new(control.table().clone(), config.proxy.connect_timeout)
+        .context("cannot set up the TLS listener")?;
+    match &config.compile.default_certificate {
+        Some(secret) => tracing::info!(secret = %format!("{}/{}", secret.namespace, secret.name), "default certificate from --default-certificate (a self-signed one is generated as its stand-in while the Secret cannot serve)"),
+        None => tracing::info!("no --default-certificate: handshakes that name no TLS host get a self-signed certificate generated at start"),
+    }
+    Ok(terminator)
 }
 
 /// Runs `sluice serve` to completion.

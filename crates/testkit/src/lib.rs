@@ -6,9 +6,11 @@ mod echo;
 mod listener;
 mod load;
 mod raw;
+mod tls;
 
 pub use body::{PatternBody, PATTERN_CHUNK};
 pub use client::{get, h2_send, h2c_client, http_client, send, Reply};
 pub use echo::{EchoBackend, EchoError};
 pub use load::{LoadReport, LoadRun};
 pub use raw::{RawBackend, RawBackendOptions, RawRequest};
+pub use tls::{IssuedPem, TestCa, Validity};

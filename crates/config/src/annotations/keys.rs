@@ -32,10 +32,22 @@ pub(crate) enum Setting {
     ProxyBodySize,
     /// sluice's own; read under `sluice.dev/` only.
     PerTryTimeout,
+    SslRedirect,
+    ForceSslRedirect,
+    /// sluice's own; read under `sluice.dev/` only.
+    Hsts,
+    SslPassthrough,
+    AuthTlsSecret,
+    AuthTlsVerifyClient,
+    AuthTlsPassCertificateToUpstream,
+    BackendProtocol,
+    ProxySslSecret,
+    ProxySslName,
+    ProxySslVerify,
 }
 
 impl Setting {
-    const ALL: [Setting; 17] = [
+    const ALL: [Setting; 28] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -53,6 +65,17 @@ impl Setting {
         Self::ProxyNextUpstreamTimeout,
         Self::ProxyBodySize,
         Self::PerTryTimeout,
+        Self::SslRedirect,
+        Self::ForceSslRedirect,
+        Self::Hsts,
+        Self::SslPassthrough,
+        Self::AuthTlsSecret,
+        Self::AuthTlsVerifyClient,
+        Self::AuthTlsPassCertificateToUpstream,
+        Self::BackendProtocol,
+        Self::ProxySslSecret,
+        Self::ProxySslName,
+        Self::ProxySslVerify,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -87,11 +110,27 @@ impl Setting {
             Self::ProxyNextUpstreamTimeout => "proxy-next-upstream-timeout",
             Self::ProxyBodySize => "proxy-body-size",
             Self::PerTryTimeout => "per-try-timeout",
+            Self::SslRedirect => "ssl-redirect",
+            Self::ForceSslRedirect => "force-ssl-redirect",
+            Self::Hsts => "hsts",
+            Self::SslPassthrough => "ssl-passthrough",
+            Self::AuthTlsSecret => "auth-tls-secret",
+            Self::AuthTlsVerifyClient => "auth-tls-verify-client",
+            Self::AuthTlsPassCertificateToUpstream => "auth-tls-pass-certificate-to-upstream",
+            Self::BackendProtocol => "backend-protocol",
+            Self::ProxySslSecret => "proxy-ssl-secret",
+            Self::ProxySslName => "proxy-ssl-name",
+            Self::ProxySslVerify => "proxy-ssl-verify",
         }
     }
 
     fn from_str(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|known| known.as_str() == name)
+    }
+
+    /// sluice's own names, read under `sluice.dev/` only.
+    fn sluice_only(self) -> bool {
+        matches!(self, Self::PerTryTimeout | Self::Hsts)
     }
 }
 
@@ -99,7 +138,7 @@ impl Setting {
 pub(crate) fn classify(key: &str) -> Option<(usize, Setting)> {
     PREFIXES.iter().enumerate().find_map(|(rank, prefix)| {
         let name = Setting::from_str(key.strip_prefix(prefix)?)?;
-        let allowed = rank == 0 || name != Setting::PerTryTimeout;
+        let allowed = rank == 0 || !name.sluice_only();
         allowed.then_some((rank, name))
     })
 }
@@ -114,20 +153,27 @@ impl<'a> PolicyKeys<'a> {
     /// Finds the policy annotations; a weaker prefix whose value differs from the winner's gets
     /// a warning.
     pub(crate) fn scan(annotations: &'a Annotations, report: &mut Report<'_>) -> Self {
+        let keys = Self::scan_quietly(annotations);
+        let classified = annotations.keys().filter(|key| classify(key).is_some());
+        let held = keys.slots.iter().filter(|slot| slot.is_some()).count();
+        if classified.count() > held {
+            keys.report_losers(annotations, report);
+        }
+        keys
+    }
+
+    /// Finds the policy annotations without reporting repeats (the route policy's scan of the
+    /// same annotations reports them).
+    pub(crate) fn scan_quietly(annotations: &'a Annotations) -> Self {
         let mut keys = Self::default();
-        let mut repeated = false;
         for (key, value) in annotations {
             let Some((rank, name)) = classify(key) else {
                 continue;
             };
             let slot = &mut keys.slots[name as usize];
-            repeated |= slot.is_some();
             if slot.is_none_or(|(held, _)| rank < held) {
                 *slot = Some((rank, Found { key, value }));
             }
-        }
-        if repeated {
-            keys.report_losers(annotations, report);
         }
         keys
     }

@@ -5,12 +5,13 @@ mod balance;
 mod keys;
 mod policy;
 mod retry;
+mod tls;
 mod traefik;
 mod values;
 
 use std::collections::BTreeMap;
 
-use sluice_routing::StickyCookie;
+use sluice_routing::{StickyCookie, UpstreamProtocol};
 
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use values::{parse_bool, Found, Report};
@@ -18,6 +19,8 @@ use values::{parse_bool, Found, Report};
 pub(crate) use policy::ingress_policy;
 pub use policy::IngressPolicy;
 pub use retry::UNLIMITED_TRIES;
+pub(crate) use tls::app_protocol;
+pub use tls::{ClientAuthRequest, SiteAnnotations};
 pub use traefik::{default_name as default_service_cookie_name, STICKY_COOKIE};
 pub(crate) use values::annotation_field;
 pub use values::parse_size;
@@ -70,6 +73,8 @@ pub struct IngressAnnotations {
     pub service_upstream: ServiceUpstream,
     /// The legacy [`INGRESS_CLASS`] annotation.
     pub legacy_class: Option<String>,
+    /// Passthrough and client certificates.
+    pub site: SiteAnnotations,
 }
 
 /// What a Service's annotations ask of sluice.
@@ -79,6 +84,8 @@ pub struct ServiceAnnotations {
     pub service_upstream: ServiceUpstream,
     /// Traefik's sticky cookie ([`STICKY_COOKIE`]), for every route to the Service.
     pub sticky: Option<StickyCookie>,
+    /// Traefik's `service.serversscheme`: the protocol spoken to the pods.
+    pub scheme: Option<UpstreamProtocol>,
 }
 
 pub(crate) type Annotations = BTreeMap<String, String>;
@@ -86,22 +93,29 @@ pub(crate) type Annotations = BTreeMap<String, String>;
 /// Reads an Ingress's annotations, reporting unknown controller annotations and invalid values.
 pub(crate) fn ingress_annotations(
     annotations: Option<&Annotations>,
+    namespace: &str,
     object: &ObjectRef,
     diagnostics: &mut Diagnostics,
 ) -> IngressAnnotations {
     let Some(annotations) = annotations else {
         return IngressAnnotations::default();
     };
-    let known =
-        |key: &str| INGRESS_SERVICE_UPSTREAM.contains(&key) || keys::classify(key).is_some();
+    let known = |key: &str| {
+        INGRESS_SERVICE_UPSTREAM.contains(&key)
+            || keys::classify(key).is_some()
+            || key == tls::TRAEFIK_ROUTER_TLS
+            || key == tls::TRAEFIK_ROUTER_ENTRYPOINTS
+    };
     report_unknown(annotations, known, object, diagnostics);
     let mut report = Report {
         object,
         diagnostics,
     };
+    let keys = keys::PolicyKeys::scan_quietly(annotations);
     IngressAnnotations {
         service_upstream: service_upstream(annotations, &INGRESS_SERVICE_UPSTREAM, &mut report),
         legacy_class: annotations.get(INGRESS_CLASS).cloned(),
+        site: tls::site_annotations(&keys, namespace, &mut report),
     }
 }
 
@@ -124,8 +138,11 @@ pub(crate) fn service_annotations(
         })
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
-    let known =
-        |key: &str| SERVICE_SERVICE_UPSTREAM.contains(&key) || traefik::STICKY_KEYS.contains(&key);
+    let known = |key: &str| {
+        SERVICE_SERVICE_UPSTREAM.contains(&key)
+            || traefik::STICKY_KEYS.contains(&key)
+            || key == tls::TRAEFIK_SERVERS_SCHEME
+    };
     report_unknown(&relevant, known, object, diagnostics);
     let mut report = Report {
         object,
@@ -134,6 +151,7 @@ pub(crate) fn service_annotations(
     ServiceAnnotations {
         service_upstream: service_upstream(annotations, &SERVICE_SERVICE_UPSTREAM, &mut report),
         sticky: traefik::service_sticky(annotations, namespace, name, &mut report),
+        scheme: tls::servers_scheme(annotations, &mut report),
     }
 }
 

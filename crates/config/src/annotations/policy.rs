@@ -1,10 +1,10 @@
 //! The Ingress part of a route policy: balancer, sticky cookie and retries from ingress-nginx annotations.
 
-use sluice_routing::RoutePolicy;
+use sluice_routing::{RoutePolicy, UpstreamProtocol};
 
 use super::keys::{PolicyKeys, Setting};
 use super::values::{parse_size, Report};
-use super::{affinity, balance, retry, Annotations};
+use super::{affinity, balance, retry, tls, Annotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 
 /// What an Ingress's policy annotations ask of its routes, before each Service has its say.
@@ -18,6 +18,8 @@ pub struct IngressPolicy {
     pub endpoint_choice: Vec<String>,
     /// The field of `affinity` when it set a sticky cookie, which wins over a Service's.
     pub affinity: Option<String>,
+    /// `backend-protocol`, which wins over what the Service says.
+    pub backend_protocol: Option<UpstreamProtocol>,
 }
 
 /// Reads the policy annotations of a served Ingress; every invalid value is a warning and
@@ -32,7 +34,9 @@ pub(crate) fn ingress_policy(
         diagnostics,
     };
     let keys = PolicyKeys::scan(annotations, &mut report);
-    if keys.is_empty() {
+    let traefik_router = annotations.contains_key(tls::TRAEFIK_ROUTER_TLS)
+        || annotations.contains_key(tls::TRAEFIK_ROUTER_ENTRYPOINTS);
+    if keys.is_empty() && !traefik_router {
         return IngressPolicy::default();
     }
     let route = RoutePolicy {
@@ -46,8 +50,10 @@ pub(crate) fn ingress_policy(
             "the proxy-wide limit (--max-body-size) applies",
             parse_size,
         ),
+        tls: tls::tls_policy(&keys, annotations, &mut report),
         ..RoutePolicy::default()
     };
+    let backend_protocol = tls::backend_protocol(&keys, &mut report);
     let endpoint_choice = [
         Setting::LoadBalance,
         Setting::UpstreamHashBy,
@@ -66,5 +72,6 @@ pub(crate) fn ingress_policy(
         route,
         endpoint_choice,
         affinity,
+        backend_protocol,
     }
 }

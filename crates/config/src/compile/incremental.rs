@@ -25,8 +25,9 @@ use super::backend::{
     BackendField, EndpointResolver, EndpointSource, EndpointSources, ServiceIndex,
 };
 use super::class::ClassFilter;
+use super::tls::{IngressTls, SecretCache, TlsEntry, TlsMerge};
 use super::{compile_ingress, oldest_first, path_field, CompileOptions, Compiled};
-use crate::annotations::{ingress_annotations, IngressAnnotations};
+use crate::annotations::{ingress_annotations, IngressAnnotations, SiteAnnotations};
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
 
@@ -38,6 +39,8 @@ pub struct IncrementalCompiler {
     /// The IngressClasses the cached fragments were compiled with; any change drops them all.
     classes: BTreeMap<String, IngressClass>,
     cache: HashMap<ObjectKey, CachedIngress>,
+    /// Certificates and CAs by Secret, reparsed only when a Secret changes.
+    secrets: SecretCache,
 }
 
 /// One Ingress as last compiled.
@@ -63,6 +66,12 @@ pub(super) struct Fragment {
     pub(super) services: Vec<(ObjectKey, Option<Version<Service>>)>,
     /// Every endpoint set it read.
     pub(super) endpoint_sets: Vec<UsedEndpoints>,
+    /// `namespace/name` of the Ingress.
+    pub(super) source: Arc<str>,
+    /// Its `spec.tls` entries.
+    pub(super) tls: Vec<TlsEntry>,
+    /// Its passthrough and client-certificate annotations.
+    pub(super) site: SiteAnnotations,
 }
 
 /// A route of a fragment, before the merge decides whether it wins its host and path.
@@ -102,7 +111,7 @@ where
         }
     }
 
-    fn matches(&self, object: &T) -> bool {
+    pub(super) fn matches(&self, object: &T) -> bool {
         match self {
             Self::Resource(version) => {
                 object.metadata().resource_version.as_deref() == Some(version.as_str())
@@ -191,12 +200,20 @@ impl IncrementalCompiler {
             self.cache
                 .retain(|key, _| snapshot.ingresses.contains_key(key));
         }
-        self.merge(&order, class_diagnostics)
+        self.secrets.refresh(snapshot);
+        self.merge(snapshot, &order, class_diagnostics)
     }
 
     /// Combines the fragments in age order: the oldest claim to a host and path wins, and the
     /// oldest served Ingress with a defaultBackend provides the table's.
-    fn merge(&self, order: &[(&ObjectKey, &Ingress)], diagnostics: Diagnostics) -> Compiled {
+    /// TLS hosts are claimed the same way, after each Ingress's routes.
+    fn merge(
+        &mut self,
+        snapshot: &Snapshot,
+        order: &[(&ObjectKey, &Ingress)],
+        diagnostics: Diagnostics,
+    ) -> Compiled {
+        let mut tls = TlsMerge::new(&mut self.secrets, snapshot);
         let mut merge = Merge {
             builder: TableBuilder::new(),
             diagnostics,
@@ -212,8 +229,19 @@ impl IncrementalCompiler {
             merge.diagnostics.extend_from(&cached.diagnostics);
             if let Some(fragment) = &cached.fragment {
                 merge.add(key, fragment);
+                let ingress_tls = IngressTls {
+                    key,
+                    source: &fragment.source,
+                    entries: &fragment.tls,
+                    site: &fragment.site,
+                    routes: &fragment.routes,
+                };
+                tls.add(&ingress_tls, &mut merge.builder, &mut merge.diagnostics);
                 served.push(key.clone());
             }
+        }
+        if let Some(secret) = &self.options.default_certificate {
+            tls.default_certificate(secret, &mut merge.builder, &mut merge.diagnostics);
         }
         Compiled {
             table: merge.builder.build(),
@@ -271,6 +299,7 @@ fn compile_cached(
     let annotations = match ingress.metadata.annotations.as_ref() {
         Some(annotations) => ingress_annotations(
             Some(annotations),
+            &key.namespace,
             &ObjectRef::ingress(key),
             &mut annotation_diagnostics,
         ),

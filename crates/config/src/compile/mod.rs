@@ -5,6 +5,7 @@ mod class;
 mod endpoint_cache;
 mod incremental;
 mod policy;
+mod tls;
 
 use std::sync::{Arc, LazyLock};
 
@@ -29,6 +30,7 @@ pub use backend::{
 };
 pub use class::CONTROLLER;
 pub use endpoint_cache::EndpointCache;
+pub use tls::TLS_SECRET_TYPE;
 
 /// What the compiler is told from the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +39,9 @@ pub struct CompileOptions {
     pub ingress_class: String,
     /// Serve Ingresses that name no class (`--watch-ingress-without-class`).
     pub watch_without_class: bool,
+    /// The Secret whose certificate a handshake gets when no TLS host matches
+    /// (`--default-certificate`).
+    pub default_certificate: Option<ObjectKey>,
 }
 
 impl Default for CompileOptions {
@@ -44,6 +49,7 @@ impl Default for CompileOptions {
         Self {
             ingress_class: "sluice".to_owned(),
             watch_without_class: false,
+            default_certificate: None,
         }
     }
 }
@@ -102,6 +108,8 @@ fn compile_ingress(
         None => IngressPolicy::default(),
     };
     compiler.add_ingress(key, ingress, annotations, &policy);
+    compiler.fragment.tls = tls::tls_entries(key, ingress, &mut compiler.diagnostics);
+    compiler.fragment.site = annotations.site.clone();
     let Compiler {
         endpoints,
         mut fragment,
@@ -171,9 +179,10 @@ impl<'a> Compiler<'a, '_> {
         } else {
             Arc::new(policy.route.clone())
         };
+        self.fragment.source = format!("{}/{}", key.namespace, key.name).into();
         let current = Current {
             key,
-            source: format!("{}/{}", key.namespace, key.name).into(),
+            source: self.fragment.source.clone(),
             service_upstream: annotations.service_upstream,
             policy,
             base,

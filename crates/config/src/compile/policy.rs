@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
-use sluice_routing::{BackendMode, Balancer, Endpoint, RoutePolicy};
+use sluice_routing::{BackendMode, Balancer, Endpoint, RoutePolicy, UpstreamProtocol};
 
 use super::backend::{cluster_ip_endpoint, ClusterIpUse, Resolved};
 use crate::annotations::{
-    annotation_field, IngressPolicy, ServiceUpstream, SLUICE_SERVICE_UPSTREAM, STICKY_COOKIE,
+    annotation_field, app_protocol, IngressPolicy, ServiceUpstream, SLUICE_SERVICE_UPSTREAM,
+    STICKY_COOKIE,
 };
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use crate::snapshot::ObjectKey;
@@ -39,6 +40,38 @@ impl ServiceName<'_> {
 /// The policy of the Ingress's routes to `backend`. Shares the Ingress's base policy unless the
 /// Service adds a sticky cookie or a fallback, or service-upstream mode takes choices away.
 pub(super) fn route_policy(
+    ingress: &IngressSide<'_>,
+    backend: &Resolved<'_>,
+    service: ServiceName<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Arc<RoutePolicy> {
+    let policy = mode_policy(ingress, backend, service, diagnostics);
+    let upstream = upstream_protocol(ingress, backend);
+    if policy.upstream == upstream {
+        return policy;
+    }
+    Arc::new(RoutePolicy {
+        upstream,
+        ..RoutePolicy::clone(&policy)
+    })
+}
+
+/// The protocol spoken to the backend: the Ingress's `backend-protocol`, else the Service's
+/// Traefik scheme annotation, else the Service port's `appProtocol`, else HTTP/1.1.
+fn upstream_protocol(ingress: &IngressSide<'_>, backend: &Resolved<'_>) -> UpstreamProtocol {
+    ingress
+        .policy
+        .backend_protocol
+        .clone()
+        .or_else(|| backend.wishes.scheme.clone())
+        .or_else(|| {
+            let (_, port) = backend.cluster?;
+            app_protocol(port.app_protocol.as_deref()?)
+        })
+        .unwrap_or_default()
+}
+
+fn mode_policy(
     ingress: &IngressSide<'_>,
     backend: &Resolved<'_>,
     service: ServiceName<'_>,

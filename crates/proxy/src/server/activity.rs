@@ -1,6 +1,6 @@
 //! One client connection's activity, shared by its reader, its requests and its supervisor: which timeout runs now, which head was refused, and whether the client resets streams abusively.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -66,6 +66,8 @@ pub(crate) struct ConnectionActivity {
     requests: AtomicU32,
     cancelled: AtomicU32,
     abusive: Notify,
+    /// A response switched protocols (WebSocket): the bytes that follow are not HTTP.
+    upgraded: AtomicBool,
 }
 
 impl ConnectionActivity {
@@ -82,6 +84,7 @@ impl ConnectionActivity {
             requests: AtomicU32::new(0),
             cancelled: AtomicU32::new(0),
             abusive: Notify::new(),
+            upgraded: AtomicBool::new(false),
         }
     }
 
@@ -94,6 +97,11 @@ impl ConnectionActivity {
     }
 
     /// The first byte of a request head arrived.
+    /// Whether a response switched the connection to another protocol.
+    pub(crate) fn is_upgraded(&self) -> bool {
+        self.upgraded.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn head_started(&self) {
         let idle = self.in_flight.load(Ordering::Acquire) == 0;
         if idle && self.head_started.load(Ordering::Acquire) == UNSET {
@@ -187,6 +195,11 @@ impl RequestActivity {
             .get()
             .filter(|(number, _)| *number == self.number)
             .map(|(_, problem)| *problem)
+    }
+
+    /// The response switches protocols: from now on the connection carries another protocol.
+    pub(crate) fn upgraded(&self) {
+        self.activity.upgraded.store(true, Ordering::Relaxed);
     }
 
     /// The handler produced a response: the request was not cancelled.

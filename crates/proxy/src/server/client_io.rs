@@ -45,6 +45,10 @@ impl<T> ClientIo<T> {
     /// request body ends in an error and the upstream request is aborted.
     fn scan(&mut self, bytes: &[u8]) -> usize {
         let activity = &self.activity;
+        if activity.is_upgraded() {
+            // The connection switched protocols (WebSocket): these bytes are not HTTP.
+            return bytes.len();
+        }
         let scanned = self.scanner.scan(bytes, &mut |event| match event {
             Event::HeadStarted => activity.head_started(),
             Event::HeadComplete(verdict) => activity.head_judged(verdict),

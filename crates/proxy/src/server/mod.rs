@@ -12,6 +12,8 @@ mod activity;
 mod client_io;
 mod framing;
 mod proxy_protocol;
+mod rewound;
+mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -38,6 +40,9 @@ use accept::Acceptor;
 use activity::{ClientTimeouts, ConnectionActivity, Expiry, RequestActivity};
 use client_io::ClientIo;
 use framing::HeadProblem;
+use rewound::Rewound;
+use tls::Handshake;
+pub use tls::{generate_self_signed, TlsInfo, TlsSetupError, TlsTerminator};
 
 /// `--client-header-timeout`: the whole request head must arrive within this (slowloris).
 pub const DEFAULT_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -110,7 +115,7 @@ impl ShutdownSignal {
 }
 
 /// What a handler knows about the connection a request arrived on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ClientInfo {
     /// The TCP peer: the client, or a load balancer that speaks the PROXY protocol.
     pub peer: SocketAddr,
@@ -119,6 +124,8 @@ pub struct ClientInfo {
     /// The address the client connected to: the PROXY header's destination, else the
     /// listener's own address.
     pub server: SocketAddr,
+    /// The TLS session, on the TLS listener.
+    pub tls: Option<Arc<TlsInfo>>,
 }
 
 /// A listener's protocol options and client limits.
@@ -221,6 +228,8 @@ struct Listener<F> {
     builder: auto::Builder<TokioExecutor>,
     options: ListenerOptions,
     shutdown: ShutdownSignal,
+    /// Terminates TLS first, on the TLS listener.
+    tls: Option<Arc<TlsTerminator>>,
 }
 
 /// Serves `handler` on every connection accepted from `listener` until `shutdown` reaches
@@ -238,12 +247,45 @@ pub async fn serve<F, Fut, B>(
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    serve_listener(listener, handler, shutdown, options, None).await;
+}
+
+/// [`serve`] for the TLS listener: each connection's handshake goes through `tls` first
+/// (within the client header timeout), then HTTP/2 or HTTP/1.1 as ALPN chose.
+pub async fn serve_tls<F, Fut, B>(
+    listener: TcpListener,
+    handler: F,
+    shutdown: ShutdownSignal,
+    options: ListenerOptions,
+    tls: Arc<TlsTerminator>,
+) where
+    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    serve_listener(listener, handler, shutdown, options, Some(tls)).await;
+}
+
+async fn serve_listener<F, Fut, B>(
+    listener: TcpListener,
+    handler: F,
+    shutdown: ShutdownSignal,
+    options: ListenerOptions,
+    tls: Option<Arc<TlsTerminator>>,
+) where
+    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let grace_period = options.grace_period;
     let context = Arc::new(Listener {
         handler,
         builder: options.http_builder(),
         options,
         shutdown: shutdown.clone(),
+        tls,
     });
     let mut acceptor = Acceptor::default();
     let mut connections = JoinSet::new();
@@ -283,17 +325,56 @@ async fn serve_connection<F, Fut, B>(
 {
     let _ = stream.set_nodelay(true);
     let options = &listener.options;
-    let Some((info, prefix)) = client_info(&mut stream, peer, options).await else {
+    let Some((mut info, prefix)) = client_info(&mut stream, peer, options).await else {
         return;
     };
+    let Some(tls) = &listener.tls else {
+        serve_http(stream, prefix, info, &listener).await;
+        return;
+    };
+    let handshake = tls.handshake(Rewound::new(stream, prefix));
+    match tokio::time::timeout(options.client_header_timeout, handshake).await {
+        Ok(Ok(Handshake::Terminated(stream, session))) => {
+            info.tls = Some(session);
+            serve_http(stream, Bytes::new(), info, &listener).await;
+        }
+        Ok(Ok(Handshake::PassedThrough)) => {}
+        Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+    }
+}
+
+/// Serves HTTP on one connection's byte stream until the client leaves, a limit is hit, or
+/// the listener stops.
+async fn serve_http<F, Fut, B, S>(
+    stream: S,
+    prefix: Bytes,
+    info: ClientInfo,
+    listener: &Listener<F>,
+) where
+    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let options = &listener.options;
+    let peer = info.peer;
     let activity = Arc::new(ConnectionActivity::new());
     let io = ClientIo::new(stream, prefix, options.max_header_bytes, activity.clone());
     let handler = listener.handler.clone();
     let requests = activity.clone();
     let service = service_fn(move |request| {
-        respond(request, handler.clone(), requests.request_started(), info)
+        respond(
+            request,
+            handler.clone(),
+            requests.request_started(),
+            info.clone(),
+        )
     });
-    let connection = listener.builder.serve_connection(TokioIo::new(io), service);
+    let connection = listener
+        .builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service);
     let stopping = listener.shutdown.clone().wait();
     supervise(connection, &activity, options.timeouts(), stopping, peer).await;
 }
@@ -310,6 +391,7 @@ async fn client_info(
         peer,
         client: peer,
         server,
+        tls: None,
     };
     if !options.proxy_protocol {
         return Some((info, Bytes::new()));
@@ -412,6 +494,9 @@ where
         }));
     }
     let response = handler(request, info).await;
+    if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+        activity.upgraded();
+    }
     activity.answered();
     Ok(response.map(|body| ServedBody {
         inner: Either::Left(body),

@@ -1,0 +1,308 @@
+//! The TLS listener's handshake: the ClientHello's SNI picks a site from the published table (its certificate and client-certificate rule), a passthrough host is spliced unterminated, and everything else gets the default certificate.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::{Acceptor, ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{ProtocolVersion, RootCertStore, ServerConfig};
+use sluice_routing::{Backend, Certificate, RoutingTable, TlsSite, VerifyClient};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::LazyConfigAcceptor;
+
+use super::rewound::Rewound;
+use crate::table_handle::TableHandle;
+
+/// What a request knows about the TLS connection it arrived on.
+#[derive(Debug)]
+pub struct TlsInfo {
+    /// The server name the client sent, lowercase.
+    pub sni: Option<Box<str>>,
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// The site the handshake used; `None` when it served the default certificate.
+    pub site: Option<Arc<TlsSite>>,
+    /// The client's verified certificate, when it sent one.
+    pub client_certificate: Option<CertificateDer<'static>>,
+}
+
+impl TlsInfo {
+    /// Whether a request for a host whose site is `host_site` may use this connection: the
+    /// host's certificate and client-certificate rule must be the ones this connection was set
+    /// up with (else 421 Misdirected Request, RFC 9110 §15.5.20). A host without a TLS entry
+    /// may use any connection.
+    pub(crate) fn may_serve(&self, host_site: Option<&Arc<TlsSite>>) -> bool {
+        match (host_site, &self.site) {
+            (None, _) => true,
+            (Some(host), Some(connection)) => {
+                Arc::ptr_eq(host, connection) || host.same_terms(connection)
+            }
+            (Some(host), None) => host.certificate.is_none() && host.client_auth.is_none(),
+        }
+    }
+}
+
+/// The outcome of a TLS listener's first bytes.
+pub(crate) enum Handshake {
+    /// Terminated here: serve HTTP over the stream.
+    Terminated(Box<TlsStream<Rewound<TcpStream>>>, Arc<TlsInfo>),
+    /// A passthrough host: the connection was spliced to a backend and has ended.
+    PassedThrough,
+}
+
+/// Builds the server configuration of each site on first use, and keeps the default one.
+pub struct TlsTerminator {
+    table: TableHandle,
+    provider: Arc<CryptoProvider>,
+    /// Served when neither a site nor `--default-certificate` has a certificate.
+    generated: Arc<Certificate>,
+    /// The default configuration, with the table's default certificate it was built for.
+    default_config: Mutex<Option<DefaultConfig>>,
+    connect_timeout: Duration,
+}
+
+/// The default configuration and the table's default certificate it was built for.
+type DefaultConfig = (Option<Arc<Certificate>>, Arc<ServerConfig>);
+
+/// Why the TLS listener could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsSetupError {
+    #[error("generating the self-signed default certificate failed: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("the TLS configuration failed: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+impl TlsTerminator {
+    /// A terminator over the published table, with a freshly generated self-signed
+    /// certificate for handshakes that no Secret serves.
+    pub fn new(table: TableHandle, connect_timeout: Duration) -> Result<Self, TlsSetupError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let generated = generate_self_signed(
+            "sluice-generated-default",
+            &["sluice.invalid".to_owned()],
+            &provider,
+        )?;
+        Ok(Self {
+            table,
+            provider,
+            generated: Arc::new(generated),
+            default_config: Mutex::new(None),
+            connect_timeout,
+        })
+    }
+
+    /// Reads the ClientHello and completes the handshake, or splices a passthrough host.
+    pub(crate) async fn handshake(&self, mut io: Rewound<TcpStream>) -> io::Result<Handshake> {
+        let table = self.table.load();
+        if table.tls().has_passthrough() {
+            io.record();
+        }
+        let mut start = LazyConfigAcceptor::new(Acceptor::default(), io).await?;
+        let sni = start
+            .client_hello()
+            .server_name()
+            .map(|name| name.to_ascii_lowercase().into_boxed_str());
+        if let Some((backend, _)) = sni.as_deref().and_then(|name| table.passthrough(name)) {
+            let (socket, hello, _) = start.io.into_parts();
+            self.splice(socket, &hello, backend).await?;
+            return Ok(Handshake::PassedThrough);
+        }
+        start.io.stop_recording();
+        let site = sni
+            .as_deref()
+            .and_then(|name| table.tls().site(name))
+            .cloned();
+        let config = self.config_for(site.as_deref(), &table)?;
+        let stream = start.into_stream(config).await?;
+        let (_, connection) = stream.get_ref();
+        let info = TlsInfo {
+            sni,
+            version: match connection.protocol_version() {
+                Some(ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "TLSv1.3",
+            },
+            site,
+            client_certificate: connection
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|leaf| leaf.clone().into_owned()),
+        };
+        Ok(Handshake::Terminated(Box::new(stream), Arc::new(info)))
+    }
+
+    /// The configuration for `site`, built once and attached to it; the default one without.
+    fn config_for(
+        &self,
+        site: Option<&TlsSite>,
+        table: &RoutingTable,
+    ) -> io::Result<Arc<ServerConfig>> {
+        let Some(site) = site else {
+            return self.default_config(table);
+        };
+        let built = site.config.get_or_attach(|| {
+            let certificate = site
+                .certificate
+                .clone()
+                .or_else(|| table.tls().default_certificate().cloned())
+                .unwrap_or_else(|| self.generated.clone());
+            self.build_config(&certificate, site)
+                .map_err(|error| error.to_string())
+        });
+        match built {
+            Some(Ok(config)) => Ok(config.clone()),
+            Some(Err(reason)) => Err(io::Error::other(reason.clone())),
+            None => Err(io::Error::other("a site's configuration has another type")),
+        }
+    }
+
+    fn default_config(&self, table: &RoutingTable) -> io::Result<Arc<ServerConfig>> {
+        let wanted = table.tls().default_certificate().cloned();
+        let mut cached = self
+            .default_config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((built_for, config)) = cached.as_ref() {
+            let same = match (built_for, &wanted) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            if same {
+                return Ok(config.clone());
+            }
+        }
+        let certificate = wanted.clone().unwrap_or_else(|| self.generated.clone());
+        let config = self
+            .base_config(None)
+            .map(|builder| finish(builder, &certificate))
+            .map_err(io::Error::other)?;
+        *cached = Some((wanted, config.clone()));
+        Ok(config)
+    }
+
+    fn build_config(
+        &self,
+        certificate: &Arc<Certificate>,
+        site: &TlsSite,
+    ) -> Result<Arc<ServerConfig>, rustls::Error> {
+        let verifier = match &site.client_auth {
+            None => None,
+            Some(auth) => {
+                let mut roots = RootCertStore::empty();
+                roots.add_parsable_certificates(auth.roots.iter().cloned());
+                let builder = WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    self.provider.clone(),
+                );
+                let builder = match auth.verify {
+                    VerifyClient::On => builder,
+                    VerifyClient::Optional => builder.allow_unauthenticated(),
+                };
+                // No usable CA: every handshake for the site fails, rather than serving it
+                // without the client check it asks for.
+                Some(builder.build().map_err(|error| {
+                    rustls::Error::General(format!(
+                        "client certificates for {} cannot be verified: {error}",
+                        site.ingress
+                    ))
+                })?)
+            }
+        };
+        Ok(finish(self.base_config(verifier)?, certificate))
+    }
+
+    fn base_config(
+        &self,
+        verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Result<rustls::ConfigBuilder<ServerConfig, rustls::server::WantsServerCert>, rustls::Error>
+    {
+        let builder = ServerConfig::builder_with_provider(self.provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+        Ok(match verifier {
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
+            None => builder.with_no_client_auth(),
+        })
+    }
+
+    /// Connects to the backend's endpoints in rotation until one answers, replays the
+    /// ClientHello, and copies bytes both ways until either side closes.
+    async fn splice(
+        &self,
+        mut client: TcpStream,
+        hello: &[u8],
+        backend: &Backend,
+    ) -> io::Result<()> {
+        let set = backend.endpoints().load();
+        let eligible = set.eligible();
+        if eligible.is_empty() {
+            return Err(io::Error::other("no endpoints for a passthrough host"));
+        }
+        let start = backend.next_turn();
+        let mut last_error = io::Error::other("no endpoint answered");
+        for offset in 0..eligible.len() {
+            let endpoint = &eligible[(start + offset) % eligible.len()];
+            let address = endpoint.authority().as_str();
+            let connect = tokio::time::timeout(self.connect_timeout, TcpStream::connect(address));
+            let mut upstream = match connect.await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    last_error = error;
+                    continue;
+                }
+                Err(_) => {
+                    last_error = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
+                    continue;
+                }
+            };
+            let _ = upstream.set_nodelay(true);
+            upstream.write_all(hello).await?;
+            tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+            return Ok(());
+        }
+        Err(last_error)
+    }
+}
+
+/// ALPN `h2` and `http/1.1`, and the one certificate.
+fn finish(
+    builder: rustls::ConfigBuilder<ServerConfig, rustls::server::WantsServerCert>,
+    certificate: &Arc<Certificate>,
+) -> Arc<ServerConfig> {
+    let mut config = builder.with_cert_resolver(Arc::new(OneCertificate(certificate.key.clone())));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// Always the same certificate: the site was chosen from the ClientHello already.
+#[derive(Debug)]
+struct OneCertificate(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for OneCertificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// A self-signed ECDSA P-256 certificate for `names`.
+pub fn generate_self_signed(
+    source: &str,
+    names: &[String],
+    provider: &CryptoProvider,
+) -> Result<Certificate, TlsSetupError> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(names.to_vec())?;
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        "sluice self-signed default certificate",
+    );
+    let certificate = params.self_signed(&key)?;
+    let private_key = PrivateKeyDer::from(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let certified = CertifiedKey::from_der(vec![certificate.der().clone()], private_key, provider)?;
+    Ok(Certificate::new(source, certified))
+}
