@@ -1,6 +1,7 @@
 //! Shared helpers for the end-to-end tests: run the real sluice binary on loopback, write manifests, wait for conditions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod tls;
 pub mod wire;
 
 use std::ffi::OsString;
@@ -16,6 +17,8 @@ use sluice_testkit::{get, http_client};
 pub struct Sluice {
     child: Child,
     pub listen: SocketAddr,
+    /// The TLS listener (a free port unless the test passed its own `--listen-tls`).
+    pub listen_tls: SocketAddr,
     pub admin: SocketAddr,
     pub dir: PathBuf,
     /// Where its standard error goes.
@@ -92,6 +95,14 @@ impl Sluice {
     fn spawn(source: Vec<OsString>, dir: &Path, launch: &Launch) -> Self {
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let listen_tls: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let tls_flag = match source.iter().any(|arg| arg == "--listen-tls") {
+            true => Vec::new(),
+            false => vec![
+                OsString::from("--listen-tls"),
+                OsString::from(listen_tls.to_string()),
+            ],
+        };
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut command = match &launch.shell_prefix {
             Some(prefix) => {
@@ -107,6 +118,7 @@ impl Sluice {
         let child = command
             .arg("serve")
             .args(source)
+            .args(tls_flag)
             .args([
                 "--listen",
                 &listen.to_string(),
@@ -126,6 +138,7 @@ impl Sluice {
         Self {
             child,
             listen,
+            listen_tls,
             admin,
             dir: dir.to_owned(),
             log,

@@ -1,0 +1,98 @@
+//! TLS helpers for the end-to-end tests: manifests with `spec.tls`, and the real clients (openssl s_client, curl) run against sluice's TLS listener.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// An Ingress of class sluice with one rule per host to `service` port 80, a `spec.tls` entry
+/// `(hosts, secret)` per item of `tls`, and `annotations`.
+pub fn tls_ingress(
+    name: &str,
+    hosts: &[&str],
+    service: &str,
+    tls: &[(&[&str], &str)],
+    annotations: &[(&str, &str)],
+) -> String {
+    let mut yaml =
+        format!("apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n");
+    if !annotations.is_empty() {
+        yaml.push_str("  annotations:\n");
+        for (key, value) in annotations {
+            writeln!(yaml, "    {key}: {value:?}").unwrap();
+        }
+    }
+    yaml.push_str("spec:\n  ingressClassName: sluice\n");
+    if !tls.is_empty() {
+        yaml.push_str("  tls:\n");
+        for (tls_hosts, secret) in tls {
+            let quoted: Vec<String> = tls_hosts.iter().map(|host| format!("{host:?}")).collect();
+            writeln!(
+                yaml,
+                "  - hosts: [{}]\n    secretName: {secret}",
+                quoted.join(", ")
+            )
+            .unwrap();
+        }
+    }
+    yaml.push_str("  rules:\n");
+    for host in hosts {
+        writeln!(
+            yaml,
+            "  - host: {host:?}\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend:\n          service:\n            name: {service}\n            port:\n              number: 80"
+        )
+        .unwrap();
+    }
+    yaml
+}
+
+/// The subject of the certificate sluice serves at `addr` for `sni` (no SNI when `None`),
+/// as openssl prints it, without spaces: `CN=a.test`.
+pub fn served_subject(addr: SocketAddr, sni: Option<&str>) -> String {
+    let mut command = Command::new("openssl");
+    command.args(["s_client", "-connect", &addr.to_string()]);
+    match sni {
+        Some(name) => command.args(["-servername", name]),
+        None => command.arg("-noservername"),
+    };
+    let output = command
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find_map(|line| line.strip_prefix("subject="))
+        .map(|subject| subject.replace(' ', ""))
+        .unwrap_or_else(|| format!("no certificate: {text}"))
+}
+
+/// Runs curl with `args`; returns its exit code and standard output (`-s` is added).
+pub fn curl(args: &[&str]) -> (i32, String) {
+    let output = Command::new("curl")
+        .arg("-s")
+        .args(args)
+        .output()
+        .expect("curl");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+/// `--resolve host:port:ip` and `https://host:port{path}` for curl to reach sluice's TLS
+/// listener under the name `host` (so that SNI is `host`).
+pub fn https_args(tls: SocketAddr, host: &str, path: &str) -> [String; 3] {
+    [
+        "--resolve".to_owned(),
+        format!("{host}:{}:{}", tls.port(), tls.ip()),
+        format!("https://{host}:{}{path}", tls.port()),
+    ]
+}
+
+/// Writes `pem` to `dir/name` and returns its path as a string.
+pub fn write_pem(dir: &Path, name: &str, pem: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, pem).unwrap();
+    path.to_string_lossy().into_owned()
+}

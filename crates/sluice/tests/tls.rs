@@ -1,0 +1,670 @@
+//! End-to-end: TLS termination with real clients (openssl s_client, curl): certificates from Secrets by SNI, the default certificate, bad Secrets, 421, redirects, HSTS, Traefik's listener annotations, client certificates, hot reload and passthrough.
+//!
+//! The clients run as blocking processes, so every test runs on a multi-threaded runtime: the
+//! backends keep answering on the other worker meanwhile.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use sluice_testkit::{EchoBackend, RawBackend, TestCa, Validity};
+use support::tls::{curl, https_args, served_subject, tls_ingress, write_pem};
+use support::{pod_ip, run_check, service, wait_until, write_manifest, Sluice};
+
+/// Subjects as openssl prints them without spaces.
+fn cn(name: &str) -> String {
+    format!("CN={name}")
+}
+
+const DEFAULT_SUBJECT: &str = "CN=sluiceself-signeddefaultcertificate";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sni_picks_the_exact_host_then_the_wildcard_else_the_default_certificate() {
+    let pod = EchoBackend::start("web", pod_ip(120)).await.unwrap();
+    let ca = TestCa::new("test CA").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let exact = ca.server(&["a.example.test"]).unwrap();
+    let wildcard = ca.server(&["*.example.test"]).unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress(
+                "app",
+                &["a.example.test", "*.example.test"],
+                "web",
+                &[
+                    (&["a.example.test"], "exact"),
+                    (&["*.example.test"], "wild"),
+                ],
+                &[],
+            ),
+            service("web", 80, &[pod.addr()]),
+            exact.secret_yaml("default", "exact", None),
+            wildcard.secret_yaml("default", "wild", None),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let tls = sluice.listen_tls;
+    assert_eq!(
+        served_subject(tls, Some("a.example.test")),
+        cn("a.example.test")
+    );
+    assert_eq!(
+        served_subject(tls, Some("b.example.test")),
+        cn("*.example.test")
+    );
+    assert_eq!(
+        served_subject(tls, Some("x.b.example.test")),
+        DEFAULT_SUBJECT,
+        "a wildcard covers one label only"
+    );
+    assert_eq!(served_subject(tls, Some("unknown.test")), DEFAULT_SUBJECT);
+    assert_eq!(served_subject(tls, None), DEFAULT_SUBJECT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_speaks_http2_and_http11_over_tls_and_the_pod_hears_https() {
+    let backend = RawBackend::start(pod_ip(121)).await.unwrap();
+    let ca = TestCa::new("test CA").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let ca_file = write_pem(files.path(), "ca.pem", &ca.cert_pem());
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress(
+                "app",
+                &["secure.test"],
+                "web",
+                &[(&["secure.test"], "cert")],
+                &[],
+            ),
+            service("web", 80, &[backend.addr()]),
+            ca.server(&["secure.test"])
+                .unwrap()
+                .secret_yaml("default", "cert", None),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let [resolve, to, url] = https_args(sluice.listen_tls, "secure.test", "/hello?x=1");
+    for (flag, expected) in [("--http2", "HTTP/2 200"), ("--http1.1", "HTTP/1.1 200")] {
+        let (code, out) = curl(&["-i", flag, "--cacert", &ca_file, &resolve, &to, &url]);
+        assert_eq!(code, 0, "curl {flag} failed: {out}");
+        assert!(out.starts_with(expected), "{flag}: {out}");
+    }
+    let requests = backend.requests();
+    assert_eq!(requests.len(), 2);
+    for request in requests {
+        assert_eq!(request.request_line(), "GET /hello?x=1 HTTP/1.1");
+        assert_eq!(request.header("x-forwarded-proto"), Some("https"));
+        assert_eq!(
+            request.header("host"),
+            Some(format!("secure.test:{}", sluice.listen_tls.port()).as_str())
+        );
+        assert_eq!(
+            request.header("x-forwarded-port"),
+            Some(sluice.listen_tls.port().to_string().as_str())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_secret_is_a_diagnostic_and_its_host_falls_back_to_the_default() {
+    let pod = EchoBackend::start("web", pod_ip(122)).await.unwrap();
+    let ca = TestCa::new("test CA").unwrap();
+    let good = ca.server(&["good.test"]).unwrap();
+    let mut mismatched = ca.server(&["mismatch.test"]).unwrap();
+    mismatched.key = ca.server(&["unrelated.test"]).unwrap().key;
+    let opaque = good
+        .secret_yaml("default", "opaque", None)
+        .replace("type: kubernetes.io/tls", "type: Opaque");
+    let garbage = "apiVersion: v1\nkind: Secret\nmetadata: {name: garbage}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: not a certificate\n  tls.key: not a key\n".to_owned();
+    let hosts = [
+        ("good.test", "good"),
+        ("missing.test", "missing"),
+        ("opaque.test", "opaque"),
+        ("garbage.test", "garbage"),
+        ("mismatch.test", "mismatch"),
+        ("expired.test", "expired"),
+        ("future.test", "future"),
+        ("uncovered.test", "good"),
+    ];
+    let mut documents: Vec<String> = hosts
+        .iter()
+        .map(|(host, secret)| {
+            let name = host.trim_end_matches(".test");
+            tls_ingress(name, &[host], "web", &[(&[host], secret)], &[])
+        })
+        .collect();
+    documents.extend([
+        service("web", 80, &[pod.addr()]),
+        good.secret_yaml("default", "good", None),
+        opaque,
+        garbage,
+        mismatched.secret_yaml("default", "mismatch", None),
+        ca.server_with(&["expired.test"], Validity::Expired)
+            .unwrap()
+            .secret_yaml("default", "expired", None),
+        ca.server_with(&["future.test"], Validity::NotYetValid)
+            .unwrap()
+            .secret_yaml("default", "future", None),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(dir.path(), "app.yaml", &documents);
+
+    let (code, out) = run_check(dir.path());
+    assert_eq!(code, Some(1), "bad certificates are errors:\n{out}");
+    for (ingress, reason) in [
+        (
+            "Ingress default/missing",
+            "Secret default/missing: the Secret does not exist",
+        ),
+        (
+            "Ingress default/opaque",
+            "Secret default/opaque: the Secret's type is Opaque, not kubernetes.io/tls",
+        ),
+        ("Ingress default/garbage", "Secret default/garbage: tls.crt"),
+        (
+            "Ingress default/mismatch",
+            "Secret default/mismatch: tls.key does not match the certificate in tls.crt",
+        ),
+        (
+            "Ingress default/expired",
+            "Secret default/expired: the certificate has expired",
+        ),
+        (
+            "Ingress default/future",
+            "Secret default/future: the certificate is not valid yet",
+        ),
+        (
+            "Ingress default/uncovered",
+            "Secret default/good: the certificate does not cover uncovered.test",
+        ),
+    ] {
+        let line = out
+            .lines()
+            .find(|line| line.contains(ingress) && line.contains("secretName"))
+            .unwrap_or_else(|| panic!("no diagnostic for {ingress}:\n{out}"));
+        assert!(line.contains(reason), "{line}");
+        assert!(
+            line.contains("served with the default certificate"),
+            "{line}"
+        );
+    }
+
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let tls = sluice.listen_tls;
+    assert_eq!(served_subject(tls, Some("good.test")), cn("good.test"));
+    for (host, _) in &hosts[1..] {
+        assert_eq!(served_subject(tls, Some(host)), DEFAULT_SUBJECT, "{host}");
+    }
+    let routes = sluice.routes().await;
+    let diagnostics = routes["diagnostics"].to_string();
+    assert!(
+        diagnostics.contains("Secret default/expired: the certificate has expired"),
+        "{diagnostics}"
+    );
+    assert!(
+        sluice
+            .log()
+            .contains("Secret default/missing: the Secret does not exist"),
+        "the log names it too"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_served_with_another_certificate_than_the_connections_gets_421() {
+    let pod = EchoBackend::start("web", pod_ip(123)).await.unwrap();
+    let ca = TestCa::new("test CA").unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let ca_file = write_pem(files.path(), "ca.pem", &ca.cert_pem());
+    let dir = tempfile::tempdir().unwrap();
+    let shared = ca.server(&["a.test", "b.test"]).unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress(
+                "a",
+                &["a.test", "b.test", "c.test", "plain.test"],
+                "web",
+                &[(&["a.test", "b.test"], "ab"), (&["c.test"], "c")],
+                &[],
+            ),
+            service("web", 80, &[pod.addr()]),
+            shared.secret_yaml("default", "ab", None),
+            ca.server(&["c.test"])
+                .unwrap()
+                .secret_yaml("default", "c", None),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let [resolve, to, url] = https_args(sluice.listen_tls, "a.test", "/");
+    let status = |host: &str| {
+        let header = format!("Host: {host}");
+        curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+            &ca_file,
+            &resolve,
+            &to,
+            &url,
+            "-H",
+            &header,
+        ])
+        .1
+    };
+    assert_eq!(status("a.test"), "200");
+    assert_eq!(
+        status("b.test"),
+        "200",
+        "the same certificate may carry both hosts"
+    );
+    assert_eq!(status("c.test"), "421", "c.test has its own certificate");
+    assert_eq!(
+        status("plain.test"),
+        "200",
+        "a host without TLS entry takes any connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_redirects_to_https_unless_turned_off_and_hsts_goes_over_tls_only() {
+    let pod = EchoBackend::start("web", pod_ip(124)).await.unwrap();
+    let ca = TestCa::new("test CA").unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let ca_file = write_pem(files.path(), "ca.pem", &ca.cert_pem());
+    let dir = tempfile::tempdir().unwrap();
+    let hsts = ("sluice.dev/hsts", "max-age=31536000; includeSubDomains");
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress(
+                "secure",
+                &["secure.test"],
+                "web",
+                &[(&["secure.test"], "cert")],
+                &[hsts],
+            ),
+            tls_ingress(
+                "relaxed",
+                &["relaxed.test"],
+                "web",
+                &[(&["relaxed.test"], "cert")],
+                &[("nginx.ingress.kubernetes.io/ssl-redirect", "false")],
+            ),
+            tls_ingress(
+                "forced",
+                &["forced.test"],
+                "web",
+                &[],
+                &[("nginx.ingress.kubernetes.io/force-ssl-redirect", "true")],
+            ),
+            tls_ingress("open", &["open.test"], "web", &[], &[]),
+            service("web", 80, &[pod.addr()]),
+            ca.server(&["secure.test", "relaxed.test"])
+                .unwrap()
+                .secret_yaml("default", "cert", None),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let port = sluice.listen_tls.port();
+    let plain = |host: &str, path: &str| {
+        let header = format!("Host: {host}");
+        curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{redirect_url}",
+            "-H",
+            &header,
+            &sluice.url(path),
+        ])
+        .1
+    };
+    assert_eq!(
+        plain("secure.test", "/a/b?q=1"),
+        format!("308 https://secure.test:{port}/a/b?q=1")
+    );
+    assert_eq!(
+        plain("forced.test", "/x"),
+        format!("308 https://forced.test:{port}/x")
+    );
+    assert_eq!(plain("relaxed.test", "/"), "200 ");
+    assert_eq!(plain("open.test", "/"), "200 ");
+    assert_eq!(
+        plain("secure.test", "/.well-known/acme-challenge/token"),
+        "200 ",
+        "ACME HTTP-01 challenges are never redirected"
+    );
+
+    let [resolve, to, url] = https_args(sluice.listen_tls, "secure.test", "/");
+    let (_, head) = curl(&["-I", "--cacert", &ca_file, &resolve, &to, &url]);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("strict-transport-security: max-age=31536000; includesubdomains"),
+        "{head}"
+    );
+    let (_, head) = curl(&["-I", "-H", "Host: relaxed.test", &sluice.url("/")]);
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("strict-transport-security"),
+        "{head}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traefik_router_annotations_pick_the_listeners() {
+    let pod = EchoBackend::start("web", pod_ip(125)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress(
+                "tls-only",
+                &["tls-only.test"],
+                "web",
+                &[],
+                &[("traefik.ingress.kubernetes.io/router.tls", "true")],
+            ),
+            tls_ingress(
+                "web-only",
+                &["web-only.test"],
+                "web",
+                &[],
+                &[("traefik.ingress.kubernetes.io/router.entrypoints", "web")],
+            ),
+            tls_ingress(
+                "secure-only",
+                &["secure-only.test"],
+                "web",
+                &[],
+                &[(
+                    "traefik.ingress.kubernetes.io/router.entrypoints",
+                    "websecure",
+                )],
+            ),
+            service("web", 80, &[pod.addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let status = |host: &str, tls: bool| {
+        let header = format!("Host: {host}");
+        let url = match tls {
+            true => format!("https://{}/", sluice.listen_tls),
+            false => sluice.url("/"),
+        };
+        curl(&[
+            "-k",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            &header,
+            &url,
+        ])
+        .1
+    };
+    assert_eq!(status("tls-only.test", true), "200");
+    assert_eq!(status("tls-only.test", false), "404");
+    assert_eq!(status("web-only.test", false), "200");
+    assert_eq!(status("web-only.test", true), "404");
+    assert_eq!(status("secure-only.test", true), "200");
+    assert_eq!(status("secure-only.test", false), "404");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_entries_and_secrets_reload_without_a_restart() {
+    let pod = EchoBackend::start("web", pod_ip(126)).await.unwrap();
+    let ca = TestCa::new("test CA").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = |tls: bool| {
+        let entry: &[(&[&str], &str)] = if tls { &[(&["hot.test"], "hot")] } else { &[] };
+        tls_ingress("app", &["hot.test"], "web", entry, &[])
+    };
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[app(false), service("web", 80, &[pod.addr()])],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let tls = sluice.listen_tls;
+    assert_eq!(served_subject(tls, Some("hot.test")), DEFAULT_SUBJECT);
+
+    // A new TLS entry, its Secret in another file.
+    write_manifest(
+        dir.path(),
+        "secret.yaml",
+        &[ca.server(&["hot.test"])
+            .unwrap()
+            .secret_yaml("default", "hot", None)],
+    );
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[app(true), service("web", 80, &[pod.addr()])],
+    );
+    wait_until("the new certificate", Duration::from_secs(10), || async {
+        served_subject(tls, Some("hot.test")) == cn("hot.test")
+    })
+    .await;
+
+    // The Secret replaced: a certificate naming a second host shows it is the new one.
+    write_manifest(
+        dir.path(),
+        "secret.yaml",
+        &[ca.server(&["hot.test", "second.test"])
+            .unwrap()
+            .secret_yaml("default", "hot", None)],
+    );
+    wait_until(
+        "the replaced certificate",
+        Duration::from_secs(10),
+        || async {
+            let mut command = std::process::Command::new("openssl");
+            let out = command
+                .args([
+                    "s_client",
+                    "-connect",
+                    &tls.to_string(),
+                    "-servername",
+                    "hot.test",
+                ])
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let pem = String::from_utf8_lossy(&out.stdout).into_owned();
+            let text = std::process::Command::new("openssl")
+                .args(["x509", "-noout", "-text"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .and_then(|mut child| {
+                    use std::io::Write;
+                    child.stdin.take().unwrap().write_all(pem.as_bytes())?;
+                    child.wait_with_output()
+                })
+                .unwrap();
+            String::from_utf8_lossy(&text.stdout).contains("DNS:second.test")
+        },
+    )
+    .await;
+
+    // The entry removed: back to the default certificate.
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[app(false), service("web", 80, &[pod.addr()])],
+    );
+    wait_until(
+        "the default certificate again",
+        Duration::from_secs(10),
+        || async { served_subject(tls, Some("hot.test")) == DEFAULT_SUBJECT },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_certificate_flag_serves_a_secret_to_handshakes_without_a_host() {
+    let pod = EchoBackend::start("web", pod_ip(127)).await.unwrap();
+    let ca = TestCa::new("test CA").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress("app", &["app.test"], "web", &[], &[]),
+            service("web", 80, &[pod.addr()]),
+            ca.server(&["fallback.test"])
+                .unwrap()
+                .secret_yaml("edge", "fallback", None),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &["--default-certificate", "edge/fallback"]).await;
+    assert_eq!(served_subject(sluice.listen_tls, None), cn("fallback.test"));
+    assert_eq!(
+        served_subject(sluice.listen_tls, Some("app.test")),
+        cn("fallback.test")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_required_or_optional_and_passed_on() {
+    let backend = RawBackend::start(pod_ip(128)).await.unwrap();
+    let ca = TestCa::new("server CA").unwrap();
+    let client_ca = TestCa::new("client CA").unwrap();
+    let stranger_ca = TestCa::new("stranger CA").unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let ca_file = write_pem(files.path(), "ca.pem", &ca.cert_pem());
+    let client = client_ca.client("alice").unwrap();
+    let client_cert = write_pem(files.path(), "client.pem", &client.cert);
+    let client_key = write_pem(files.path(), "client.key", &client.key);
+    let stranger = stranger_ca.client("mallory").unwrap();
+    let stranger_cert = write_pem(files.path(), "stranger.pem", &stranger.cert);
+    let stranger_key = write_pem(files.path(), "stranger.key", &stranger.key);
+    let ca_secret =
+        format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: client-ca}}\nstringData:\n  ca.crt: |\n{}",
+        client_ca.cert_pem().lines().map(|l| format!("    {l}\n")).collect::<String>()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress(
+                "strict",
+                &["strict.test"],
+                "web",
+                &[(&["strict.test"], "cert")],
+                &[
+                    (
+                        "nginx.ingress.kubernetes.io/auth-tls-secret",
+                        "default/client-ca",
+                    ),
+                    ("nginx.ingress.kubernetes.io/auth-tls-verify-client", "on"),
+                    (
+                        "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream",
+                        "true",
+                    ),
+                ],
+            ),
+            tls_ingress(
+                "relaxed",
+                &["relaxed.test"],
+                "web",
+                &[(&["relaxed.test"], "cert")],
+                &[
+                    (
+                        "nginx.ingress.kubernetes.io/auth-tls-secret",
+                        "default/client-ca",
+                    ),
+                    (
+                        "nginx.ingress.kubernetes.io/auth-tls-verify-client",
+                        "optional",
+                    ),
+                ],
+            ),
+            service("web", 80, &[backend.addr()]),
+            ca.server(&["strict.test", "relaxed.test"])
+                .unwrap()
+                .secret_yaml("default", "cert", None),
+            ca_secret,
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let request = |host: &str, cert: Option<(&str, &str)>| {
+        let [resolve, to, url] = https_args(sluice.listen_tls, host, "/");
+        let mut args = vec![
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+            &ca_file,
+            &resolve,
+            &to,
+            &url,
+            "-H",
+            "ssl-client-verify: SUCCESS",
+        ];
+        if let Some((cert, key)) = cert {
+            args.extend(["--cert", cert, "--key", key]);
+        }
+        curl(&args)
+    };
+    let (code, status) = request("strict.test", None);
+    assert!(
+        code != 0 || status != "200",
+        "on: no certificate, no request ({code} {status})"
+    );
+    let (code, status) = request("strict.test", Some((&stranger_cert, &stranger_key)));
+    assert!(
+        code != 0 || status != "200",
+        "on: a certificate from another CA is refused ({code} {status})"
+    );
+    assert_eq!(backend.requests().len(), 0);
+    assert_eq!(
+        request("strict.test", Some((&client_cert, &client_key))).1,
+        "200"
+    );
+    let passed = backend.only_request();
+    assert_eq!(passed.header("ssl-client-verify"), Some("SUCCESS"));
+    let escaped = passed
+        .header("ssl-client-cert")
+        .expect("the certificate is passed on");
+    assert!(
+        escaped.starts_with("-----BEGIN%20CERTIFICATE-----%0A"),
+        "{escaped}"
+    );
+
+    assert_eq!(
+        request("relaxed.test", None).1,
+        "200",
+        "optional: no certificate is fine"
+    );
+    let requests = backend.requests();
+    let last = requests.last().unwrap();
+    assert_eq!(
+        last.header("ssl-client-verify"),
+        Some("NONE"),
+        "the client's own header is replaced"
+    );
+    assert_eq!(last.header("ssl-client-cert"), None);
+    let (code, status) = request("relaxed.test", Some((&stranger_cert, &stranger_key)));
+    assert!(
+        code != 0 || status != "200",
+        "optional: a certificate that is sent must verify ({code} {status})"
+    );
+}
