@@ -462,3 +462,53 @@ async fn an_invalid_object_becomes_a_diagnostic_and_blocks_nothing() {
         "{diagnostics}"
     );
 }
+
+/// A `kubernetes.io/tls` Secret in `shop`, its PEM in `data` (base64), as the API serves it.
+fn tls_secret(name: &str, issued: &sluice_testkit::IssuedPem) -> Value {
+    use base64::Engine as _;
+    let encode = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": "shop"},
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": encode(&issued.cert), "tls.key": encode(&issued.key)}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_created_after_its_ingress_and_then_updated_is_served_without_a_restart() {
+    let pods = pods(&["shop-1"], 140).await;
+    let cluster = Cluster::serving_web(&[&pods[0]]).await;
+    let mut secured = ingress("web", "shop.test", "web");
+    secured["spec"]["tls"] = json!([{"hosts": ["shop.test"], "secretName": "shop-tls"}]);
+    cluster.apply(secured);
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
+    let tls = sluice.listen_tls;
+    let subject = || support::tls::served_subject(tls, Some("shop.test"));
+    assert_eq!(subject(), "CN=sluiceself-signeddefaultcertificate");
+    let diagnostics = sluice.routes().await["diagnostics"].to_string();
+    assert!(
+        diagnostics.contains("Secret shop/shop-tls: the Secret does not exist"),
+        "{diagnostics}"
+    );
+
+    let ca = sluice_testkit::TestCa::new("cluster CA").unwrap();
+    cluster.apply(tls_secret("shop-tls", &ca.server(&["shop.test"]).unwrap()));
+    wait_until(
+        "the created Secret's certificate",
+        Duration::from_secs(10),
+        || async { subject() == "CN=shop.test" },
+    )
+    .await;
+
+    cluster.apply(tls_secret(
+        "shop-tls",
+        &ca.server(&["renewed.shop.test", "shop.test"]).unwrap(),
+    ));
+    wait_until(
+        "the updated Secret's certificate",
+        Duration::from_secs(10),
+        || async { subject() == "CN=renewed.shop.test" },
+    )
+    .await;
+}

@@ -668,3 +668,104 @@ async fn client_certificates_are_required_or_optional_and_passed_on() {
         "optional: a certificate that is sent must verify ({code} {status})"
     );
 }
+
+/// `openssl s_server -www` on `addr` with `certificate`: a pod that terminates TLS itself.
+struct OpensslServer(std::process::Child);
+
+impl OpensslServer {
+    async fn start(addr: std::net::SocketAddr, cert: &str, key: &str) -> Self {
+        let child = std::process::Command::new("openssl")
+            .args([
+                "s_server",
+                "-accept",
+                &addr.to_string(),
+                "-cert",
+                cert,
+                "-key",
+                key,
+                "-www",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl s_server");
+        wait_until(
+            "openssl s_server to listen",
+            Duration::from_secs(10),
+            || async { tokio::net::TcpStream::connect(addr).await.is_ok() },
+        )
+        .await;
+        Self(child)
+    }
+}
+
+impl Drop for OpensslServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_passthrough_splices_the_tls_stream_to_a_pod_that_terminates_it() {
+    let pod_ca = TestCa::new("pod CA").unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let issued = pod_ca.server(&["pass.test"]).unwrap();
+    let cert = write_pem(files.path(), "pod.pem", &issued.cert);
+    let key = write_pem(files.path(), "pod.key", &issued.key);
+    let ca_file = write_pem(files.path(), "ca.pem", &pod_ca.cert_pem());
+    let port = support::free_port();
+    let pod_addr = std::net::SocketAddr::new(pod_ip(129), port);
+    let _pod = OpensslServer::start(pod_addr, &cert, &key).await;
+    let plain = EchoBackend::start("plain", pod_ip(130)).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress(
+                "argocd",
+                &["pass.test"],
+                "argocd",
+                &[],
+                &[("nginx.ingress.kubernetes.io/ssl-passthrough", "true")],
+            )
+            .replace("path: /\n", "path: /api\n"),
+            service("argocd", 80, &[pod_addr]),
+            tls_ingress("other", &["other.test"], "plain", &[], &[]),
+            service("plain", 80, &[plain.addr()]),
+        ],
+    );
+    let (_, check) = run_check(dir.path());
+    assert!(
+        check.contains("TLS connections for pass.test are passed through unterminated")
+            && check.contains("paths are ignored"),
+        "{check}"
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let tls = sluice.listen_tls;
+    assert_eq!(
+        served_subject(tls, Some("pass.test")),
+        cn("pass.test"),
+        "the client sees the pod's own certificate"
+    );
+    let [resolve, to, url] = https_args(tls, "pass.test", "/any/path");
+    let (code, body) = curl(&["--http1.1", "--cacert", &ca_file, &resolve, &to, &url]);
+    assert_eq!(code, 0, "{body}");
+    assert!(body.contains("s_server"), "openssl's status page: {body}");
+    // Other hosts are still terminated by sluice.
+    assert_eq!(served_subject(tls, Some("other.test")), DEFAULT_SUBJECT);
+    let (_, status) = curl(&[
+        "-k",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-H",
+        "Host: other.test",
+        &format!("https://{tls}/"),
+    ]);
+    assert_eq!(status, "200");
+}
