@@ -25,7 +25,8 @@ use crate::server::{ClientInfo, TlsInfo};
 use crate::sticky::SessionKey;
 use crate::table_handle::TableHandle;
 use crate::upgrade::{
-    requested_upgrade, restore_upgrade_headers, tunnel, TunnelShutdown, TunnelShutdownCell,
+    requested_upgrade, restore_upgrade_headers, tunnel, OpenTunnels, TunnelShutdown,
+    TunnelShutdownCell,
 };
 use hyper::upgrade::OnUpgrade;
 
@@ -41,6 +42,7 @@ pub struct Proxy {
     replay_limit: usize,
     /// When upgraded connections must end on shutdown.
     tunnel_shutdown: TunnelShutdownCell,
+    tunnels: Arc<OpenTunnels>,
 }
 
 impl Proxy {
@@ -65,7 +67,14 @@ impl Proxy {
             options: options.clone(),
             replay_limit: DEFAULT_REPLAY_LIMIT,
             tunnel_shutdown: TunnelShutdownCell::default(),
+            tunnels: Arc::default(),
         }
+    }
+
+    /// Resolves once every upgraded (WebSocket) connection has ended; on shutdown they end at
+    /// the latest when the grace period does.
+    pub async fn tunnels_closed(&self) {
+        self.tunnels.all_closed().await;
     }
 
     /// Upgraded (WebSocket) connections get `grace_period` once `shutdown` stops the
@@ -254,6 +263,7 @@ impl Proxy {
                 in_flight,
                 self.options.websocket_idle_timeout,
                 self.tunnel_shutdown.get().cloned(),
+                self.tunnels.open(),
             ));
             return Response::from_parts(head, Either::Right(Full::new(Bytes::new())));
         }

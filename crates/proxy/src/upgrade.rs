@@ -50,6 +50,43 @@ pub(crate) struct TunnelShutdown {
 /// Shared by the proxy: set once when `serve` wires the shutdown signal.
 pub(crate) type TunnelShutdownCell = Arc<OnceLock<TunnelShutdown>>;
 
+/// Counts open tunnels, so that the process waits for them on shutdown.
+#[derive(Default)]
+pub(crate) struct OpenTunnels {
+    open: std::sync::atomic::AtomicUsize,
+    closed: tokio::sync::Notify,
+}
+
+impl OpenTunnels {
+    /// Counts a tunnel as open until the guard drops.
+    pub(crate) fn open(self: &Arc<Self>) -> TunnelGuard {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        TunnelGuard(self.clone())
+    }
+
+    /// Resolves once no tunnel is open.
+    pub(crate) async fn all_closed(&self) {
+        loop {
+            let notified = self.closed.notified();
+            if self.open.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One open tunnel.
+pub(crate) struct TunnelGuard(Arc<OpenTunnels>);
+
+impl Drop for TunnelGuard {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.closed.notify_waiters();
+        }
+    }
+}
+
 /// Joins the client's and the endpoint's upgraded connections once both switched, keeping
 /// the endpoint's in-flight count until the tunnel ends.
 pub(crate) async fn tunnel(
@@ -58,6 +95,7 @@ pub(crate) async fn tunnel(
     in_flight: InFlight,
     idle_timeout: Duration,
     shutdown: Option<TunnelShutdown>,
+    guard: TunnelGuard,
 ) {
     let (client, endpoint) = match tokio::try_join!(client, endpoint) {
         Ok(both) => both,
@@ -103,6 +141,7 @@ pub(crate) async fn tunnel(
         }
     }
     drop(in_flight);
+    drop(guard);
 }
 
 /// When bytes last moved either way.

@@ -135,8 +135,9 @@ impl Server {
             }
             None => None,
         };
+        let handler_proxy = proxy.clone();
         let proxy_handler = move |request, client| {
-            let proxy = proxy.clone();
+            let proxy = handler_proxy.clone();
             async move { proxy.handle(request, client).await }
         };
         let admin_control = control.clone();
@@ -167,6 +168,15 @@ impl Server {
         proxy_task.await.context("proxy listener task failed")?;
         if let Some(task) = tls_task {
             task.await.context("TLS listener task failed")?;
+        }
+        // WebSocket tunnels end by the end of the grace period (counted from the listeners
+        // stopping, which has passed): wait for them, with a margin for their close.
+        let tunnels = proxy.tunnels_closed();
+        if tokio::time::timeout(config.grace_period + TUNNEL_CLOSE_MARGIN, tunnels)
+            .await
+            .is_err()
+        {
+            tracing::warn!("upgraded connections still open after the grace period");
         }
         admin_task.await.context("admin listener task failed")?;
         tracing::info!("sluice stopped");
@@ -233,6 +243,9 @@ async fn reload_until_shutdown(
         };
     }
 }
+
+/// How long upgraded connections may take to close after their grace period.
+const TUNNEL_CLOSE_MARGIN: Duration = Duration::from_secs(1);
 
 /// How soon a reload that failed is tried again.
 const RELOAD_RETRY: Duration = Duration::from_secs(1);
