@@ -40,6 +40,7 @@ use crate::error::ProxyError;
 use crate::health::{Admission, InFlight, TrialGuard};
 use crate::pool::{keep_alive_for, Checkin, Connection};
 use crate::runtime::{EndpointRuntime, Runtime};
+use crate::upstream::Wire;
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
@@ -117,6 +118,8 @@ pub(crate) struct Exchange<'a> {
     last_reached: bool,
     fallback_used: bool,
     started: Instant,
+    /// The protocol spoken to the endpoints.
+    wire: Wire,
 }
 
 impl<'a> Exchange<'a> {
@@ -145,7 +148,14 @@ impl<'a> Exchange<'a> {
             last_reached: false,
             fallback_used: false,
             started: Instant::now(),
+            wire: Wire::Http1,
         }
+    }
+
+    /// Speaks `wire` to the endpoints (HTTP/1.1 unless told otherwise).
+    pub(crate) fn over(mut self, wire: Wire) -> Self {
+        self.wire = wire;
+        self
     }
 
     /// Tries candidates until one answers in a way that is not retried, or the rules stop it.
@@ -335,7 +345,7 @@ impl<'a> Exchange<'a> {
         let pooled = if pick.fresh {
             None
         } else {
-            runtime.pool.checkout()
+            runtime.pool.checkout(&self.wire)
         };
         let mut connection = match pooled {
             Some(connection) => connection,
@@ -349,7 +359,7 @@ impl<'a> Exchange<'a> {
                 )));
             };
             let progress = body.progress();
-            let request = self.upstream_request(body);
+            let request = self.upstream_request(body, &connection);
             let sent = Instant::now();
             match self
                 .exchange(&mut connection, request, progress.as_deref())
@@ -375,7 +385,7 @@ impl<'a> Exchange<'a> {
                         return Err(Failure::NotSent(error));
                     }
                     // The endpoint closed this idle connection: take another one.
-                    connection = match runtime.pool.checkout() {
+                    connection = match runtime.pool.checkout(&self.wire) {
                         Some(connection) => connection,
                         None => self.connect(endpoint, runtime).await?,
                     };
@@ -413,7 +423,7 @@ impl<'a> Exchange<'a> {
         request: Request<UpstreamBody>,
         progress: Option<&UploadProgress>,
     ) -> Result<Response<Incoming>, Exchanged> {
-        let send = connection.sender.try_send_request(request);
+        let send = connection.sender.try_send(request);
         tokio::pin!(send);
         let idle = self.settings.body_idle_timeout;
         while let Some(progress) = progress.filter(|progress| !progress.is_sent()) {
@@ -451,7 +461,7 @@ impl<'a> Exchange<'a> {
         let authority = endpoint.authority().as_str();
         match runtime
             .pool
-            .connect(authority, self.settings.connect_timeout)
+            .connect(authority, &self.wire, self.settings.connect_timeout)
             .await
         {
             Ok(connection) => {
@@ -497,7 +507,11 @@ impl<'a> Exchange<'a> {
     /// The request for one attempt: the prepared head (origin-form target, this hop's
     /// headers) with this attempt's body. The headers are copied only when the request might
     /// be sent again after this attempt reached its endpoint; otherwise they move.
-    fn upstream_request(&mut self, body: UpstreamBody) -> Request<UpstreamBody> {
+    fn upstream_request(
+        &mut self,
+        body: UpstreamBody,
+        connection: &Connection,
+    ) -> Request<UpstreamBody> {
         let mut request = Request::new(body);
         *request.method_mut() = self.parts.method.clone();
         *request.uri_mut() = self.parts.uri.clone();
@@ -507,6 +521,9 @@ impl<'a> Exchange<'a> {
         } else {
             std::mem::take(&mut self.parts.headers)
         };
+        if connection.sender.is_http2() {
+            into_http2(&mut request, connection.tls);
+        }
         request
     }
 
@@ -621,3 +638,25 @@ fn is_idempotent(method: &Method) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// An HTTP/2 request names its target in absolute form (`:scheme` and `:authority` from the
+/// Host the request carries), and carries no Host header of its own.
+fn into_http2(request: &mut Request<UpstreamBody>, tls: bool) {
+    *request.version_mut() = Version::HTTP_2;
+    let Some(host) = request.headers_mut().remove(http::header::HOST) else {
+        return;
+    };
+    let scheme = if tls { "https" } else { "http" };
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |target| target.as_str());
+    let absolute = format!("{scheme}://{}{target}", host.to_str().unwrap_or_default());
+    match absolute.parse() {
+        Ok(uri) => *request.uri_mut() = uri,
+        // An authority that does not parse stays in the Host header.
+        Err(_) => {
+            request.headers_mut().insert(http::header::HOST, host);
+        }
+    }
+}

@@ -25,6 +25,17 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 /// (The headers sluice sets itself are set after stripping, so nothing can remove them.)
 const NEVER_NOMINATED: [HeaderName; 3] = [HOST, CONTENT_LENGTH, TRANSFER_ENCODING];
 
+/// The name part of a Host header: `[::1]` of `[::1]:8080`, `a.test` of `a.test:8080`.
+pub(crate) fn host_without_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |end| &host[..=end]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
 /// Removes hop-by-hop headers and the headers `Connection` names, except Host and the
 /// framing headers. A request's `TE: trailers` (which gRPC needs) is kept; any other TE value
 /// belongs to this hop only.

@@ -11,6 +11,7 @@ mod body;
 mod budget;
 mod error;
 mod forwarded;
+mod grpc;
 mod headers;
 mod health;
 mod inbound;
@@ -23,6 +24,7 @@ mod server;
 mod sticky;
 mod table_handle;
 mod upgrade;
+mod upstream;
 
 pub use body::{ResponseBodyError, TrackedBody, DEFAULT_REPLAY_LIMIT};
 pub use error::ProxyError;

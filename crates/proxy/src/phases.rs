@@ -171,7 +171,7 @@ impl Filter for HttpsRedirect {
         if request.uri.path().starts_with(ACME_CHALLENGE) {
             return Ok(());
         }
-        let host = host_without_port(context.host.to_str().unwrap_or_default());
+        let host = crate::headers::host_without_port(context.host.to_str().unwrap_or_default());
         let target = request
             .uri
             .path_and_query()
@@ -188,17 +188,6 @@ impl Filter for HttpsRedirect {
             }),
             Err(_) => Ok(()),
         }
-    }
-}
-
-/// The name part of a Host header: `[::1]` of `[::1]:8080`, `a.test` of `a.test:8080`.
-fn host_without_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host.find(']').map_or(host, |end| &host[..=end]);
-    }
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
     }
 }
 

@@ -9,13 +9,14 @@ use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use sluice_routing::{RoutePolicy, RoutingTable};
+use sluice_routing::{RoutePolicy, RoutingTable, UpstreamProtocol};
 
 use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
 use crate::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
 use crate::forwarded::{Forwarding, X_REQUEST_ID};
-use crate::headers::{join_cookies, strip_hop_by_hop};
+use crate::grpc;
+use crate::headers::{host_without_port, join_cookies, strip_hop_by_hop};
 use crate::inbound::Inbound;
 use crate::options::ProxyOptions;
 use crate::phases::{Filters, ProxyScope, RequestContext};
@@ -28,6 +29,7 @@ use crate::upgrade::{
     requested_upgrade, restore_upgrade_headers, tunnel, OpenTunnels, TunnelShutdown,
     TunnelShutdownCell,
 };
+use crate::upstream::Wire;
 use hyper::upgrade::OnUpgrade;
 
 /// A response body: the upstream's, streamed through, or the proxy's own short text.
@@ -96,6 +98,7 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let forwarding =
             Forwarding::decide(request.headers(), &client, &self.options.trusted_proxies);
+        let grpc_call = grpc::is_grpc(request.headers());
         let table = self.table.load();
         let mut context = RequestContext {
             client: &client,
@@ -120,7 +123,10 @@ impl Proxy {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(client = %client.client, %error, source = ?std::error::Error::source(&error), "answered by proxy");
-                error_response(&error)
+                match grpc_call && !matches!(error, ProxyError::Redirect { .. }) {
+                    true => grpc::error_response(&error, Either::Right(Full::new(Bytes::new()))),
+                    false => error_response(&error),
+                }
             }
         };
         response
@@ -169,6 +175,14 @@ impl Proxy {
         // Request filters.
         filters.on_request(context, &parts, &self.scope())?;
         // Upstream request.
+        let wire = match &target.policy.upstream {
+            UpstreamProtocol::Http1 => Wire::Http1,
+            protocol => Wire::for_route(
+                protocol,
+                host_without_port(inbound.host.to_str().unwrap_or_default()),
+            )?,
+        };
+        let deadline = grpc::timeout(&parts.headers);
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
         if let Some(protocol) = upgrade {
             restore_upgrade_headers(&mut parts.headers, protocol);
@@ -191,8 +205,14 @@ impl Proxy {
             forwarding.real_client,
             context.pinned.clone(),
         )
-        .run()
-        .await?;
+        .over(wire)
+        .run();
+        let answer = match deadline {
+            None => answer.await?,
+            Some(deadline) => tokio::time::timeout(deadline, answer)
+                .await
+                .map_err(|_elapsed| ProxyError::ResponseTimeout)??,
+        };
         // Response filters.
         Ok(self.respond(answer, filters, context, client_upgrade))
     }

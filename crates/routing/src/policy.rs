@@ -110,6 +110,9 @@ pub struct UpstreamTls {
     pub verify_roots: Option<Vec<rustls::pki_types::CertificateDer<'static>>>,
     /// The name to verify and to send as SNI (`proxy-ssl-name`); else the request's host.
     pub server_name: Option<String>,
+    /// The data plane's TLS client configuration, built once and attached.
+    #[serde(skip)]
+    pub client: Attached,
 }
 
 /// How the next endpoint is chosen. Every balancer yields an ordered list of candidates, so a
