@@ -1,0 +1,202 @@
+//! End-to-end: gRPC through sluice with tonic on both ends (the four call kinds, a deadline, a pod that dies mid-stream, no endpoints, no route), over h2c and over TLS with ALPN h2.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use sluice_testkit::TestCa;
+use support::grpc::{h2c_client, tls_client, EchoPod, EchoRequest};
+use support::tls::tls_ingress;
+use support::{annotated_ingress, pod_ip, service, write_manifest, Sluice};
+use tonic::Code;
+
+fn request(message: &str) -> tonic::Request<EchoRequest> {
+    tonic::Request::new(EchoRequest {
+        message: message.to_owned(),
+        ..EchoRequest::default()
+    })
+}
+
+/// A gRPC Ingress for `grpc.test` to Service `echo` (backend-protocol GRPC) with `pods`.
+fn manifests(dir: &std::path::Path, pods: &[SocketAddr], extra: &[String]) {
+    let mut documents = vec![
+        annotated_ingress(
+            "echo",
+            "grpc.test",
+            &[("/", "Prefix", "echo", 80)],
+            &[("nginx.ingress.kubernetes.io/backend-protocol", "GRPC")],
+        ),
+        service("echo", 80, pods),
+    ];
+    documents.extend_from_slice(extra);
+    write_manifest(dir, "echo.yaml", &documents);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_four_call_kinds_pass_over_h2c_with_their_trailers() {
+    let pod = EchoPod::start("grpc-1", SocketAddr::new(pod_ip(160), 0)).await;
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), &[pod.addr], &[]);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let mut client = h2c_client(sluice.listen, "grpc.test");
+
+    let reply = client.unary(request("hello")).await.unwrap();
+    assert_eq!(
+        (reply.message.as_str(), reply.pod.as_str()),
+        ("hello", "grpc-1")
+    );
+
+    let mut stream = client
+        .server_stream(EchoRequest {
+            message: "item".into(),
+            count: 3,
+            delay_ms: 10,
+        })
+        .await
+        .unwrap();
+    let mut items = Vec::new();
+    while let Some(item) = stream.message().await.unwrap() {
+        items.push(item.message);
+    }
+    assert_eq!(items, ["item #0", "item #1", "item #2"]);
+
+    let reply = client.client_stream(vec!["a", "b", "c"]).await.unwrap();
+    assert_eq!(reply.message, "a,b,c");
+
+    let (send, receive) = tokio::sync::mpsc::channel(4);
+    let mut replies = client.bidi(receive).await.unwrap();
+    for word in ["ping", "pong"] {
+        send.send(EchoRequest {
+            message: word.into(),
+            ..EchoRequest::default()
+        })
+        .await
+        .unwrap();
+        let echoed = tokio::time::timeout(Duration::from_secs(5), replies.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            echoed.message, word,
+            "each message echoes before the next is sent"
+        );
+    }
+    drop(send);
+    assert!(
+        replies.message().await.unwrap().is_none(),
+        "the call ends with status OK in its trailers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_over_tls_with_alpn_h2_reaches_an_h2c_pod() {
+    let pod = EchoPod::start("grpc-tls", SocketAddr::new(pod_ip(161), 0)).await;
+    let ca = TestCa::new("test CA").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let secure = tls_ingress(
+        "echo",
+        &["grpc.test"],
+        "echo",
+        &[(&["grpc.test"], "cert")],
+        &[("nginx.ingress.kubernetes.io/backend-protocol", "GRPC")],
+    );
+    write_manifest(
+        dir.path(),
+        "echo.yaml",
+        &[
+            secure,
+            service("echo", 80, &[pod.addr]),
+            ca.server(&["grpc.test"])
+                .unwrap()
+                .secret_yaml("default", "cert", None),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let mut client = tls_client(sluice.listen_tls, "grpc.test", &ca.cert_pem());
+    let reply = client.unary(request("secure")).await.unwrap();
+    assert_eq!(
+        (reply.message.as_str(), reply.pod.as_str()),
+        ("secure", "grpc-tls")
+    );
+    let reply = client.client_stream(vec!["x", "y"]).await.unwrap();
+    assert_eq!(reply.message, "x,y");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_answers_its_own_failures_with_grpc_statuses_in_trailers_only_responses() {
+    let slow = EchoPod::start("slow", SocketAddr::new(pod_ip(162), 0)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let empty = annotated_ingress(
+        "empty",
+        "empty.test",
+        &[("/", "Prefix", "nobody", 80)],
+        &[("nginx.ingress.kubernetes.io/backend-protocol", "GRPC")],
+    );
+    manifests(
+        dir.path(),
+        &[slow.addr],
+        &[empty, service("nobody", 80, &[])],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+
+    let status = h2c_client(sluice.listen, "empty.test")
+        .unary(request("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "no endpoints: {status:?}");
+    let status = h2c_client(sluice.listen, "nowhere.test")
+        .unary(request("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented, "no route: {status:?}");
+
+    let mut late = request("late");
+    late.get_mut().delay_ms = 2_000;
+    late.set_timeout(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let status = h2c_client(sluice.listen, "grpc.test")
+        .unary(late)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1_500),
+        "grpc-timeout bounds the upstream call"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_dies_mid_stream_ends_the_call_with_an_error_not_a_clean_end() {
+    let pod = EchoPod::start("dying", SocketAddr::new(pod_ip(163), 0)).await;
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), &[pod.addr], &[]);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let mut client = h2c_client(sluice.listen, "grpc.test");
+    let mut stream = client
+        .server_stream(EchoRequest {
+            message: "tick".into(),
+            count: 100,
+            delay_ms: 100,
+        })
+        .await
+        .unwrap();
+    assert_eq!(stream.message().await.unwrap().unwrap().message, "tick #0");
+    drop(pod);
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match stream.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the call ends");
+    assert!(
+        ended.is_err(),
+        "a stream cut short is an error, never a clean end: {ended:?}"
+    );
+}
