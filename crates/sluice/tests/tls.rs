@@ -769,3 +769,87 @@ async fn ssl_passthrough_splices_the_tls_stream_to_a_pod_that_terminates_it() {
     ]);
     assert_eq!(status, "200");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_to_pods_skips_verification_by_default_and_verifies_against_proxy_ssl_secret() {
+    let pod_ca = TestCa::new("pod CA").unwrap();
+    let other_ca = TestCa::new("other CA").unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let issued = pod_ca.server(&["pod.internal"]).unwrap();
+    let cert = write_pem(files.path(), "pod.pem", &issued.cert);
+    let key = write_pem(files.path(), "pod.key", &issued.key);
+    let pod_addr = std::net::SocketAddr::new(pod_ip(131), support::free_port());
+    let _pod = OpensslServer::start(pod_addr, &cert, &key).await;
+    let ca_secret = |name: &str, ca: &TestCa| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}}}\nstringData:\n  ca.crt: |\n{}",
+            ca.cert_pem().lines().map(|l| format!("    {l}\n")).collect::<String>()
+        )
+    };
+    let https = ("nginx.ingress.kubernetes.io/backend-protocol", "HTTPS");
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress("unverified", &["unverified.test"], "pod", &[], &[https]),
+            tls_ingress(
+                "verified",
+                &["verified.test"],
+                "pod",
+                &[],
+                &[
+                    https,
+                    ("nginx.ingress.kubernetes.io/proxy-ssl-verify", "on"),
+                    (
+                        "nginx.ingress.kubernetes.io/proxy-ssl-secret",
+                        "default/pod-ca",
+                    ),
+                    ("nginx.ingress.kubernetes.io/proxy-ssl-name", "pod.internal"),
+                ],
+            ),
+            tls_ingress(
+                "wrong-ca",
+                &["wrong-ca.test"],
+                "pod",
+                &[],
+                &[
+                    https,
+                    ("nginx.ingress.kubernetes.io/proxy-ssl-verify", "on"),
+                    (
+                        "nginx.ingress.kubernetes.io/proxy-ssl-secret",
+                        "default/other-ca",
+                    ),
+                    ("nginx.ingress.kubernetes.io/proxy-ssl-name", "pod.internal"),
+                ],
+            ),
+            service("pod", 80, &[pod_addr]),
+            ca_secret("pod-ca", &pod_ca),
+            ca_secret("other-ca", &other_ca),
+        ],
+    );
+    let (_, check) = run_check(dir.path());
+    assert!(
+        check.contains("without verifying their certificates (proxy-ssl-verify is off"),
+        "{check}"
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let fetch = |host: &str| {
+        let header = format!("Host: {host}");
+        curl(&["-w", "\n%{http_code}", "-H", &header, &sluice.url("/")]).1
+    };
+    let unverified = fetch("unverified.test");
+    assert!(
+        unverified.ends_with("\n200") && unverified.contains("s_server"),
+        "{unverified}"
+    );
+    let verified = fetch("verified.test");
+    assert!(
+        verified.ends_with("\n200") && verified.contains("s_server"),
+        "{verified}"
+    );
+    assert!(
+        fetch("wrong-ca.test").ends_with("\n502"),
+        "a certificate the CA did not sign is refused"
+    );
+}

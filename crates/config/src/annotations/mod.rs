@@ -20,7 +20,7 @@ pub(crate) use policy::ingress_policy;
 pub use policy::IngressPolicy;
 pub use retry::UNLIMITED_TRIES;
 pub(crate) use tls::app_protocol;
-pub use tls::{ClientAuthRequest, SiteAnnotations};
+pub use tls::{ClientAuthRequest, ProxySslVerify, SiteAnnotations};
 pub use traefik::{default_name as default_service_cookie_name, STICKY_COOKIE};
 pub(crate) use values::annotation_field;
 pub use values::parse_size;

@@ -20,12 +20,18 @@ pub struct IngressPolicy {
     pub affinity: Option<String>,
     /// `backend-protocol`, which wins over what the Service says.
     pub backend_protocol: Option<UpstreamProtocol>,
+    /// `proxy-ssl-verify: "on"` and its CA Secret, for pods spoken to over TLS.
+    pub proxy_ssl_verify: Option<tls::ProxySslVerify>,
+    /// The CAs read from that Secret by the compile (empty when it could not be read: every
+    /// certificate is then refused).
+    pub verify_roots: Option<Vec<rustls_pki_types::CertificateDer<'static>>>,
 }
 
 /// Reads the policy annotations of a served Ingress; every invalid value is a warning and
 /// leaves that setting at its default.
 pub(crate) fn ingress_policy(
     annotations: &Annotations,
+    namespace: &str,
     object: &ObjectRef,
     diagnostics: &mut Diagnostics,
 ) -> IngressPolicy {
@@ -54,6 +60,7 @@ pub(crate) fn ingress_policy(
         ..RoutePolicy::default()
     };
     let backend_protocol = tls::backend_protocol(&keys, &mut report);
+    let proxy_ssl_verify = tls::proxy_ssl_verify(&keys, namespace, &mut report);
     let endpoint_choice = [
         Setting::LoadBalance,
         Setting::UpstreamHashBy,
@@ -73,5 +80,7 @@ pub(crate) fn ingress_policy(
         endpoint_choice,
         affinity,
         backend_protocol,
+        proxy_ssl_verify,
+        verify_roots: None,
     }
 }

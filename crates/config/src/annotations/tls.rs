@@ -127,7 +127,55 @@ fn found<'a>(annotations: &'a Annotations, key: &'a str) -> Option<Found<'a>> {
     annotations.get(key).map(|value| Found { key, value })
 }
 
-/// `backend-protocol`, with `proxy-ssl-name` and `proxy-ssl-verify` for the TLS protocols.
+/// `proxy-ssl-verify: "on"` with the Secret (`proxy-ssl-secret`, in the Ingress's namespace)
+/// whose `ca.crt` verifies the pods' certificates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxySslVerify {
+    /// The Secret's name; `None` when `proxy-ssl-secret` is missing or refused.
+    pub secret: Option<String>,
+    /// The diagnostic field naming `proxy-ssl-verify`.
+    pub field: String,
+}
+
+/// `proxy-ssl-verify` and `proxy-ssl-secret`. `None` when verification is off (the default).
+pub(crate) fn proxy_ssl_verify(
+    keys: &PolicyKeys<'_>,
+    namespace: &str,
+    report: &mut Report<'_>,
+) -> Option<ProxySslVerify> {
+    let found = keys.get(Setting::ProxySslVerify)?;
+    let on = report.parse(
+        Some(found),
+        "\"on\" or \"off\"",
+        "treated as off",
+        |value| match value.to_ascii_lowercase().as_str() {
+            "on" => Some(true),
+            "off" => Some(false),
+            _ => None,
+        },
+    )?;
+    if !on {
+        return None;
+    }
+    let secret = keys.get(Setting::ProxySslSecret).and_then(|secret| {
+        let value = secret.value.trim();
+        let (secret_namespace, name) = value.split_once('/').unwrap_or((namespace, value));
+        if secret_namespace == namespace && !name.is_empty() {
+            return Some(name.to_owned());
+        }
+        report.warning(
+            secret,
+            format!("ignored: an Ingress may only use a Secret of its own namespace ({namespace})"),
+        );
+        None
+    });
+    Some(ProxySslVerify {
+        secret,
+        field: found.field(),
+    })
+}
+
+/// `backend-protocol`, with `proxy-ssl-name` for the TLS protocols.
 /// `None` leaves the choice to the Service (Traefik's scheme annotation, `appProtocol`).
 pub(crate) fn backend_protocol(
     keys: &PolicyKeys<'_>,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sluice_routing::{
@@ -26,7 +26,7 @@ use super::backend::{
 };
 use super::class::ClassFilter;
 use super::tls::{IngressTls, SecretCache, TlsEntry, TlsMerge};
-use super::{compile_ingress, oldest_first, path_field, CompileOptions, Compiled};
+use super::{compile_ingress, oldest_first, path_field, CompileOptions, Compiled, Inputs};
 use crate::annotations::{ingress_annotations, IngressAnnotations, SiteAnnotations};
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
@@ -64,6 +64,8 @@ pub(super) struct Fragment {
     pub(super) default_backend: Option<(BackendId, Arc<RoutePolicy>)>,
     /// Every Service it referenced, with the version it saw (`None`: missing).
     pub(super) services: Vec<(ObjectKey, Option<Version<Service>>)>,
+    /// The Secrets the Ingress's compile read (a `proxy-ssl-secret`), or found missing.
+    pub(super) secrets: Vec<(ObjectKey, Option<Version<Secret>>)>,
     /// Every endpoint set it read.
     pub(super) endpoint_sets: Vec<UsedEndpoints>,
     /// `namespace/name` of the Ingress.
@@ -185,14 +187,19 @@ impl IncrementalCompiler {
             &mut class_diagnostics,
         );
         let services = ServiceIndex::new(snapshot);
+        let inputs = Inputs {
+            services: &services,
+            endpoints,
+            secrets: &snapshot.secrets,
+        };
         let order = oldest_first(snapshot);
         for &(key, ingress) in &order {
             let current = self
                 .cache
                 .get(key)
-                .is_some_and(|cached| cached.still_valid(ingress, &services, endpoints));
+                .is_some_and(|cached| cached.still_valid(ingress, &inputs));
             if !current {
-                let cached = compile_cached(key, ingress, &classes, &services, endpoints);
+                let cached = compile_cached(key, ingress, &classes, &inputs);
                 self.cache.insert(key.clone(), cached);
             }
         }
@@ -254,12 +261,12 @@ impl IncrementalCompiler {
 
 impl CachedIngress {
     /// Whether the Ingress and everything its fragment read are as they were.
-    fn still_valid(
-        &self,
-        ingress: &Ingress,
-        services: &ServiceIndex<'_>,
-        endpoints: &dyn EndpointResolver,
-    ) -> bool {
+    fn still_valid(&self, ingress: &Ingress, inputs: &Inputs<'_>) -> bool {
+        let Inputs {
+            services,
+            endpoints,
+            secrets,
+        } = *inputs;
         if !self.version.matches(ingress) {
             return false;
         }
@@ -273,7 +280,17 @@ impl CachedIngress {
                 _ => false,
             }
         });
+        let secrets_same =
+            fragment
+                .secrets
+                .iter()
+                .all(|(key, seen)| match (secrets.get(key), seen) {
+                    (Some(secret), Some(seen)) => seen.matches(secret),
+                    (None, None) => true,
+                    _ => false,
+                });
         services_same
+            && secrets_same
             && fragment.endpoint_sets.iter().all(|used| {
                 let now = endpoints.ready_endpoints(
                     &used.namespace,
@@ -290,8 +307,7 @@ fn compile_cached(
     key: &ObjectKey,
     ingress: &Ingress,
     classes: &ClassFilter<'_>,
-    services: &ServiceIndex<'_>,
-    endpoints: &dyn EndpointResolver,
+    inputs: &Inputs<'_>,
 ) -> CachedIngress {
     // Annotation findings only matter for Ingresses this sluice serves: an nginx Ingress left
     // in place during a migration should not flood the report.
@@ -309,14 +325,8 @@ fn compile_cached(
     let fragment = classes
         .serves(ingress, &annotations, key, &mut diagnostics)
         .then(|| {
-            let (fragment, found) = compile_ingress(
-                key,
-                ingress,
-                &annotations,
-                services,
-                endpoints,
-                annotation_diagnostics,
-            );
+            let (fragment, found) =
+                compile_ingress(key, ingress, &annotations, inputs, annotation_diagnostics);
             diagnostics.append(found);
             fragment
         });

@@ -90,10 +90,14 @@ fn compile_ingress(
     key: &ObjectKey,
     ingress: &Ingress,
     annotations: &IngressAnnotations,
-    services: &ServiceIndex<'_>,
-    endpoints: &dyn EndpointResolver,
+    inputs: &Inputs<'_>,
     diagnostics: Diagnostics,
 ) -> (Fragment, Diagnostics) {
+    let Inputs {
+        services,
+        endpoints,
+        secrets,
+    } = *inputs;
     let mut compiler = Compiler {
         services,
         endpoints: RecordingResolver::new(endpoints),
@@ -103,10 +107,20 @@ fn compile_ingress(
         diagnostics,
         policies: Vec::new(),
     };
-    let policy = match ingress.metadata.annotations.as_ref() {
-        Some(map) => ingress_policy(map, &ObjectRef::ingress(key), &mut compiler.diagnostics),
+    let mut policy = match ingress.metadata.annotations.as_ref() {
+        Some(map) => ingress_policy(
+            map,
+            &key.namespace,
+            &ObjectRef::ingress(key),
+            &mut compiler.diagnostics,
+        ),
         None => IngressPolicy::default(),
     };
+    if let Some(verify) = policy.proxy_ssl_verify.clone() {
+        let (roots, read) = tls::verify_roots(key, &verify, secrets, &mut compiler.diagnostics);
+        policy.verify_roots = Some(roots);
+        compiler.fragment.secrets.extend(read);
+    }
     compiler.add_ingress(key, ingress, annotations, &policy);
     compiler.fragment.tls = tls::tls_entries(key, ingress, &mut compiler.diagnostics);
     compiler.fragment.site = annotations.site.clone();
@@ -129,6 +143,14 @@ fn compile_ingress(
         .collect();
     fragment.endpoint_sources = endpoint_sources.into_entries();
     (fragment, diagnostics)
+}
+
+/// What an Ingress's compile reads besides the Ingress itself.
+#[derive(Clone, Copy)]
+struct Inputs<'a> {
+    services: &'a ServiceIndex<'a>,
+    endpoints: &'a dyn EndpointResolver,
+    secrets: &'a std::collections::BTreeMap<ObjectKey, k8s_openapi::api::core::v1::Secret>,
 }
 
 /// Ingresses ordered by age, oldest first, then by namespace/name: the order conflicts resolve in.

@@ -47,6 +47,15 @@ pub(super) fn route_policy(
 ) -> Arc<RoutePolicy> {
     let policy = mode_policy(ingress, backend, service, diagnostics);
     let upstream = upstream_protocol(ingress, backend);
+    if let UpstreamProtocol::Tls(tls) = &upstream {
+        if tls.verify_roots.is_none() {
+            diagnostics.info(
+                &ObjectRef::ingress(ingress.key),
+                annotation_field("nginx.ingress.kubernetes.io/proxy-ssl-verify"),
+                format!("the pods of Service {} are spoken to over TLS without verifying their certificates (proxy-ssl-verify is off, as in ingress-nginx); set proxy-ssl-verify: \"on\" and proxy-ssl-secret to verify them", service.name),
+            );
+        }
+    }
     if policy.upstream == upstream {
         return policy;
     }
@@ -67,6 +76,13 @@ fn upstream_protocol(ingress: &IngressSide<'_>, backend: &Resolved<'_>) -> Upstr
         .or_else(|| {
             let (_, port) = backend.cluster?;
             app_protocol(port.app_protocol.as_deref()?)
+        })
+        .map(|protocol| match protocol {
+            UpstreamProtocol::Tls(mut tls) => {
+                tls.verify_roots = ingress.policy.verify_roots.clone();
+                UpstreamProtocol::Tls(tls)
+            }
+            other => other,
         })
         .unwrap_or_default()
 }
@@ -288,5 +304,26 @@ mod tests {
             "one policy per Ingress and backend"
         );
         assert!(!Arc::ptr_eq(shared, &c[0]));
+    }
+
+    #[test]
+    fn the_upstream_protocol_comes_from_the_ingress_then_the_service_then_app_protocol() {
+        use sluice_routing::UpstreamProtocol;
+        let services = "apiVersion: v1\nkind: Service\nmetadata: {name: web, annotations: {traefik.ingress.kubernetes.io/service.serversscheme: h2c}}\nspec: {clusterIP: 10.96.0.10, ports: [{port: 80, appProtocol: https}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: native}\nspec: {clusterIP: 10.96.0.11, ports: [{port: 80, appProtocol: kubernetes.io/h2c}]}\n---\n";
+        let text = ingress("a", "nginx.ingress.kubernetes.io/backend-protocol: GRPCS")
+            + &ingress("b", "")
+            + &ingress("c", "").replace("name: web", "name: native")
+            + services;
+        let by_ingress = policies(&text);
+        let protocols: Vec<&UpstreamProtocol> = by_ingress
+            .iter()
+            .map(|(_, routes)| &routes[0].upstream)
+            .collect();
+        assert!(
+            matches!(protocols[0], UpstreamProtocol::Tls(tls) if tls.http2_only),
+            "backend-protocol wins: {protocols:?}"
+        );
+        assert_eq!(protocols[1], &UpstreamProtocol::H2c, "then Traefik's serversscheme");
+        assert_eq!(protocols[2], &UpstreamProtocol::H2c, "then appProtocol");
     }
 }

@@ -1,5 +1,6 @@
 //! TLS compile: certificates from `kubernetes.io/tls` Secrets for each Ingress's `spec.tls` hosts, client-certificate CAs and passthrough hosts, each problem a diagnostic with the default certificate as the fallback.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,7 +14,7 @@ use sluice_routing::{Certificate, ClientAuth, HostMatch, TableBuilder, TlsSite};
 use x509_parser::extensions::GeneralName;
 
 use super::incremental::{FragmentRoute, Version};
-use crate::annotations::SiteAnnotations;
+use crate::annotations::{ProxySslVerify, SiteAnnotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
 
@@ -260,6 +261,42 @@ fn load_roots(secret: &Secret) -> Result<Vec<CertificateDer<'static>>, String> {
         return Err("ca.crt holds no certificate".to_owned());
     }
     Ok(roots)
+}
+
+/// The CAs that verify the pods' certificates (`proxy-ssl-verify: "on"`, `proxy-ssl-secret`),
+/// and the Secret read, for the fragment's inputs. A Secret that cannot be read is an error
+/// and gives no CA, so that every pod certificate is refused rather than trusted.
+pub(super) fn verify_roots(
+    key: &ObjectKey,
+    verify: &ProxySslVerify,
+    secrets: &BTreeMap<ObjectKey, Secret>,
+    diagnostics: &mut Diagnostics,
+) -> (
+    Vec<CertificateDer<'static>>,
+    Option<(ObjectKey, Option<Version<Secret>>)>,
+) {
+    let object = ObjectRef::ingress(key);
+    let Some(name) = &verify.secret else {
+        diagnostics.error(&object, verify.field.clone(), "proxy-ssl-verify is on but proxy-ssl-secret names no Secret of this namespace; every pod certificate is refused");
+        return (Vec::new(), None);
+    };
+    let secret_key = ObjectKey::new(&key.namespace, name);
+    let secret = secrets.get(&secret_key);
+    let read = Some((secret_key.clone(), secret.map(Version::of)));
+    let roots = secret
+        .ok_or_else(|| "the Secret does not exist".to_owned())
+        .and_then(load_roots);
+    match roots {
+        Ok(roots) => (roots, read),
+        Err(problem) => {
+            diagnostics.error(
+                &object,
+                verify.field.clone(),
+                format!("Secret {}/{name}: {problem}; every pod certificate is refused until it is fixed", key.namespace),
+            );
+            (Vec::new(), read)
+        }
+    }
 }
 
 /// What one served Ingress brings to the TLS side of the table.

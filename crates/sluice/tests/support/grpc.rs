@@ -97,15 +97,24 @@ async fn route(
     let mut grpc = tonic::server::Grpc::new(Codec::default());
     let response = match request.uri().path() {
         "/echo.Echo/Unary" => {
-            let method = Method { pod, handler: unary };
+            let method = Method {
+                pod,
+                handler: unary,
+            };
             grpc.unary(method, request).await
         }
         "/echo.Echo/ServerStream" => {
-            let method = Method { pod, handler: server_stream };
+            let method = Method {
+                pod,
+                handler: server_stream,
+            };
             grpc.server_streaming(method, request).await
         }
         "/echo.Echo/ClientStream" => {
-            let method = Method { pod, handler: client_stream };
+            let method = Method {
+                pod,
+                handler: client_stream,
+            };
             grpc.client_streaming(method, request).await
         }
         "/echo.Echo/Bidi" => {
