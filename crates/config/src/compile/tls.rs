@@ -263,6 +263,9 @@ fn load_roots(secret: &Secret) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(roots)
 }
 
+/// A Secret a fragment read, with the version it saw (`None`: it did not exist).
+pub(super) type SecretRead = (ObjectKey, Option<Version<Secret>>);
+
 /// The CAs that verify the pods' certificates (`proxy-ssl-verify: "on"`, `proxy-ssl-secret`),
 /// and the Secret read, for the fragment's inputs. A Secret that cannot be read is an error
 /// and gives no CA, so that every pod certificate is refused rather than trusted.
@@ -271,10 +274,7 @@ pub(super) fn verify_roots(
     verify: &ProxySslVerify,
     secrets: &BTreeMap<ObjectKey, Secret>,
     diagnostics: &mut Diagnostics,
-) -> (
-    Vec<CertificateDer<'static>>,
-    Option<(ObjectKey, Option<Version<Secret>>)>,
-) {
+) -> (Vec<CertificateDer<'static>>, Option<SecretRead>) {
     let object = ObjectRef::ingress(key);
     let Some(name) = &verify.secret else {
         diagnostics.error(&object, verify.field.clone(), "proxy-ssl-verify is on but proxy-ssl-secret names no Secret of this namespace; every pod certificate is refused");
