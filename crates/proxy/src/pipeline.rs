@@ -157,6 +157,7 @@ impl Proxy {
         let tls_site = table.tls().site(&host);
         if let Some(session) = &context.client.tls {
             if !session.may_serve(tls_site) {
+                tracing::debug!(host = %host, sni = ?session.sni, "the request's host is served with another certificate: 421");
                 return Err(ProxyError::Misdirected);
             }
         }

@@ -95,15 +95,31 @@ impl TlsSite {
     }
 
     /// Whether a connection set up for `self` may carry requests for `other`: the same
-    /// certificate and the same client-certificate rule.
+    /// certificate (from the same Secret, or the same chain) and the same client-certificate
+    /// rule (the same CA Secret and mode). A renewal keeps the Secret, so connections opened
+    /// before it stay usable.
     pub fn same_terms(&self, other: &TlsSite) -> bool {
-        self.certificate == other.certificate && self.client_auth == other.client_auth
+        let certificate = match (&self.certificate, &other.certificate) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                Arc::ptr_eq(a, b) || a.source == b.source || a.key.cert == b.key.cert
+            }
+            _ => false,
+        };
+        let client_auth = match (&self.client_auth, &other.client_auth) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.secret == b.secret && a.verify == b.verify,
+            _ => false,
+        };
+        certificate && client_auth
     }
 }
 
 impl PartialEq for TlsSite {
     fn eq(&self, other: &Self) -> bool {
-        self.ingress == other.ingress && self.same_terms(other)
+        self.ingress == other.ingress
+            && self.certificate == other.certificate
+            && self.client_auth == other.client_auth
     }
 }
 
@@ -185,8 +201,12 @@ pub struct TlsHosts {
 }
 
 impl TlsHosts {
-    /// The site for an SNI or request host (lowercase): an exact name, then a wildcard.
+    /// The site for an SNI or request host (lowercase): an exact name, then a wildcard. No
+    /// hashing at all when no host has TLS.
     pub fn site(&self, host: &str) -> Option<&Arc<TlsSite>> {
+        if self.sites.is_empty() {
+            return None;
+        }
         self.sites.get(host)
     }
 

@@ -10,6 +10,7 @@ use crate::backend::{BackendId, BackendMode, EndpointSet};
 use crate::path::PathKind;
 use crate::policy::{Balancer, RetryPolicy, RoutePolicy};
 use crate::table::RoutingTable;
+use crate::tls::VerifyClient;
 
 /// The whole table as plain data.
 #[derive(Debug, Serialize)]
@@ -19,6 +20,35 @@ pub struct TableView {
     pub hosts: BTreeMap<String, Vec<RouteView>>,
     pub default_backend: Option<BackendId>,
     pub backends: BTreeMap<BackendId, BackendView>,
+    /// TLS hosts (SNI) → what a handshake for them gets.
+    pub tls: BTreeMap<String, TlsView>,
+    /// Hosts whose TLS connections are spliced to a backend unterminated.
+    pub passthrough: BTreeMap<String, PassthroughView>,
+    /// The Secret served to handshakes without a TLS host; `None`: the generated one.
+    pub default_certificate: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsView {
+    pub ingress: String,
+    /// `namespace/name` of the Secret, or `default` when the host falls back to the default
+    /// certificate (a diagnostic says why).
+    pub certificate: String,
+    /// The CA Secret client certificates must chain to, and whether one is required.
+    pub client_auth: Option<ClientAuthView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ClientAuthView {
+    pub secret: String,
+    pub verify: VerifyClient,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PassthroughView {
+    pub ingress: String,
+    pub backend: BackendId,
 }
 
 #[derive(Debug, Serialize)]
@@ -71,10 +101,47 @@ impl TableView {
                 (backend.id().clone(), view)
             })
             .collect();
+        let tls = table
+            .tls()
+            .sites()
+            .into_iter()
+            .map(|(host, site)| {
+                let view = TlsView {
+                    ingress: site.ingress.to_string(),
+                    certificate: site
+                        .certificate
+                        .as_ref()
+                        .map_or_else(|| "default".to_owned(), |c| c.source.to_string()),
+                    client_auth: site.client_auth.as_ref().map(|auth| ClientAuthView {
+                        secret: auth.secret.to_string(),
+                        verify: auth.verify,
+                    }),
+                };
+                (host.to_string(), view)
+            })
+            .collect();
+        let passthrough = table
+            .tls()
+            .passthrough_hosts()
+            .into_iter()
+            .filter_map(|(host, (index, ingress))| {
+                let view = PassthroughView {
+                    ingress: ingress.to_string(),
+                    backend: backend_id(*index)?,
+                };
+                Some((host.to_string(), view))
+            })
+            .collect();
         Self {
             hosts,
             default_backend: table.default_backend().map(|b| b.id().clone()),
             backends,
+            tls,
+            passthrough,
+            default_certificate: table
+                .tls()
+                .default_certificate()
+                .map(|certificate| certificate.source.to_string()),
         }
     }
 }
@@ -121,6 +188,36 @@ impl fmt::Display for TableView {
                 endpoints.join(", ")
             };
             writeln!(f, "  {id} [{}] {endpoints}", backend.mode)?;
+        }
+        self.fmt_tls(f)
+    }
+}
+
+impl TableView {
+    fn fmt_tls(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.tls.is_empty() && self.passthrough.is_empty() {
+            return Ok(());
+        }
+        writeln!(f, "TLS:")?;
+        for (host, site) in &self.tls {
+            let client = site.client_auth.as_ref().map_or(String::new(), |auth| {
+                format!(
+                    ", client certificates {:?} from {}",
+                    auth.verify, auth.secret
+                )
+            });
+            writeln!(
+                f,
+                "  {host:<30} certificate {}{client}  (from {})",
+                site.certificate, site.ingress
+            )?;
+        }
+        for (host, passthrough) in &self.passthrough {
+            writeln!(
+                f,
+                "  {host:<30} passthrough -> {}  (from {})",
+                passthrough.backend, passthrough.ingress
+            )?;
         }
         Ok(())
     }

@@ -117,28 +117,24 @@ impl Server {
         tracing::info!(listen = %config.listen, listen_tls = ?config.listen_tls, admin = %config.admin, "sluice is serving");
         let proxy = Arc::new(Proxy::new(control.table().clone(), &config.proxy));
         proxy.watch_shutdown(shutdown.clone(), config.grace_period);
+        // One handler for both proxy listeners (a closure holding the proxy is Clone).
+        let handler_proxy = proxy.clone();
+        let proxy_handler = move |request, client| {
+            let proxy = handler_proxy.clone();
+            async move { proxy.handle(request, client).await }
+        };
         let tls_task = match tls_listener {
             Some(listener) => {
                 let terminator = tls_terminator(&control, &config)?;
-                let proxy = proxy.clone();
-                let handler = move |request, client| {
-                    let proxy = proxy.clone();
-                    async move { proxy.handle(request, client).await }
-                };
                 Some(tokio::spawn(serve_tls(
                     listener,
-                    handler,
+                    proxy_handler.clone(),
                     shutdown.clone(),
                     config.listener.clone(),
                     Arc::new(terminator),
                 )))
             }
             None => None,
-        };
-        let handler_proxy = proxy.clone();
-        let proxy_handler = move |request, client| {
-            let proxy = handler_proxy.clone();
-            async move { proxy.handle(request, client).await }
         };
         let admin_control = control.clone();
         let admin_handler = move |request, _client| admin::handle(admin_control.clone(), request);

@@ -853,3 +853,98 @@ async fn https_to_pods_skips_verification_by_default_and_verifies_against_proxy_
         "a certificate the CA did not sign is refused"
     );
 }
+
+/// A TLS client connection to sluice for `host`, trusting `ca_pem`.
+async fn hold_connection(
+    addr: std::net::SocketAddr,
+    host: &str,
+    ca_pem: &str,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+    connector.connect(name, tcp).await.unwrap()
+}
+
+/// Sends `GET /` for `host` on `stream` and returns the response once its body `expected` is in.
+async fn get_on(
+    stream: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    host: &str,
+    expected: &str,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&response).ends_with(expected) {
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buffer))
+            .await
+            .unwrap_or_else(|_| panic!("no full response: {}", String::from_utf8_lossy(&response)))
+            .unwrap();
+        assert!(read > 0, "closed: {}", String::from_utf8_lossy(&response));
+        response.extend_from_slice(&buffer[..read]);
+    }
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_keeps_its_certificate_while_the_secret_is_replaced() {
+    let pod = EchoBackend::start("held", pod_ip(132)).await.unwrap();
+    let ca = TestCa::new("test CA").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = tls_ingress(
+        "app",
+        &["hold.test"],
+        "web",
+        &[(&["hold.test"], "hold")],
+        &[],
+    );
+    let write = |names: &[&str]| {
+        let secret = ca
+            .server(names)
+            .unwrap()
+            .secret_yaml("default", "hold", None);
+        write_manifest(
+            dir.path(),
+            "app.yaml",
+            &[app.clone(), service("web", 80, &[pod.addr()]), secret],
+        );
+    };
+    write(&["hold.test"]);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let mut held = hold_connection(sluice.listen_tls, "hold.test", &ca.cert_pem()).await;
+    let first = held.get_ref().1.peer_certificates().unwrap()[0].clone();
+    assert!(get_on(&mut held, "hold.test", "held\n")
+        .await
+        .starts_with("HTTP/1.1 200"));
+
+    write(&["hold.test", "renewed.hold.test"]);
+    wait_until(
+        "new handshakes to get the new certificate",
+        Duration::from_secs(10),
+        || async {
+            let fresh = hold_connection(sluice.listen_tls, "hold.test", &ca.cert_pem()).await;
+            fresh.get_ref().1.peer_certificates().unwrap()[0] != first
+        },
+    )
+    .await;
+    let response = get_on(&mut held, "hold.test", "held\n").await;
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "the held connection still serves: {response}"
+    );
+    assert_eq!(held.get_ref().1.peer_certificates().unwrap()[0], first);
+}

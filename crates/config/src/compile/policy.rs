@@ -323,7 +323,11 @@ mod tests {
             matches!(protocols[0], UpstreamProtocol::Tls(tls) if tls.http2_only),
             "backend-protocol wins: {protocols:?}"
         );
-        assert_eq!(protocols[1], &UpstreamProtocol::H2c, "then Traefik's serversscheme");
+        assert_eq!(
+            protocols[1],
+            &UpstreamProtocol::H2c,
+            "then Traefik's serversscheme"
+        );
         assert_eq!(protocols[2], &UpstreamProtocol::H2c, "then appProtocol");
     }
 }
