@@ -18,7 +18,9 @@ use crate::health::InFlight;
 use crate::server::ShutdownSignal;
 
 /// The protocol an HTTP/1.1 request asks to switch to (`Connection: upgrade` with `Upgrade`),
-/// if it asks.
+/// if it asks for WebSocket. Any other protocol is not passed on: `Upgrade: h2c` to a pod
+/// would open a tunnel of requests the proxy never sees (h2c smuggling), as Envoy also refuses
+/// by default.
 pub(crate) fn requested_upgrade<B>(request: &Request<B>) -> Option<HeaderValue> {
     if request.version() != Version::HTTP_11 {
         return None;
@@ -30,7 +32,9 @@ pub(crate) fn requested_upgrade<B>(request: &Request<B>) -> Option<HeaderValue> 
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
         .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
-    asks.then(|| headers.get(UPGRADE).cloned()).flatten()
+    let protocol = headers.get(UPGRADE)?;
+    let websocket = protocol.as_bytes().eq_ignore_ascii_case(b"websocket");
+    (asks && websocket).then(|| protocol.clone())
 }
 
 /// Puts the upgrade headers back after the hop-by-hop headers were stripped.
@@ -211,5 +215,29 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(connection: &str, upgrade: &str) -> Request<()> {
+        Request::builder()
+            .header(CONNECTION, connection)
+            .header(UPGRADE, upgrade)
+            .body(())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn only_websocket_upgrades_are_passed_on() {
+        assert!(requested_upgrade(&request("Upgrade", "websocket")).is_some());
+        assert!(requested_upgrade(&request("keep-alive, upgrade", "WebSocket")).is_some());
+        assert!(
+            requested_upgrade(&request("upgrade", "h2c")).is_none(),
+            "h2c smuggling"
+        );
+        assert!(requested_upgrade(&request("keep-alive", "websocket")).is_none());
     }
 }

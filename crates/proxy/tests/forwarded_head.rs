@@ -126,7 +126,13 @@ fn violation(head: &RawRequest) -> Option<String> {
     if head.header_values("host").len() != 1 {
         return Some(format!("Host lines: {:?}", head.header_values("host")));
     }
+    // A WebSocket upgrade keeps exactly `Connection: upgrade` and `Upgrade: websocket`.
+    let upgrading = head.header_values("connection") == ["upgrade"]
+        && head.header_values("upgrade") == ["websocket"];
     for name in HOP_BY_HOP {
+        if upgrading && (name == "connection" || name == "upgrade") {
+            continue;
+        }
         if !head.header_values(name).is_empty() {
             return Some(format!("hop-by-hop {name}: {:?}", head.header_values(name)));
         }
@@ -193,6 +199,7 @@ fn header() -> impl Strategy<Value = (String, String)> {
         Just(("TE", "trailers")),
         Just(("TE", "gzip, trailers;q=0.5")),
         Just(("Upgrade", "websocket")),
+        Just(("Upgrade", "h2c")),
         Just(("Proxy-Connection", "keep-alive")),
         Just(("Proxy-Authorization", "Basic eA==")),
         Just(("Trailer", "X-Any")),

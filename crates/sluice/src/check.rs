@@ -10,7 +10,7 @@ use crate::cli::CheckArgs;
 /// diagnostic exists.
 pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
     let load = ManifestDir::new(&args.manifests).load()?;
-    let compiled = compile(&load.snapshot, &args.class.compile_options());
+    let compiled = compile(&load.snapshot, &args.compile_options());
     let mut diagnostics = load.diagnostics("");
     diagnostics.extend(compiled.diagnostics);
     diagnostics.sort_by_key(|d| std::cmp::Reverse(d.severity));

@@ -348,6 +348,18 @@ pub struct CheckArgs {
     pub manifests: PathBuf,
     #[command(flatten)]
     pub class: ClassArgs,
+    /// Check this kubernetes.io/tls Secret as the default certificate, as `serve` would use it.
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_key)]
+    pub default_certificate: Option<ObjectKey>,
+}
+
+impl CheckArgs {
+    pub fn compile_options(&self) -> CompileOptions {
+        CompileOptions {
+            default_certificate: self.default_certificate.clone(),
+            ..self.class.compile_options()
+        }
+    }
 }
 
 #[derive(Debug, Args)]
