@@ -140,6 +140,15 @@ impl Forwarding {
         headers.insert(X_REQUEST_ID, request_id.clone());
     }
 
+    /// Whether a trusted proxy in front says the request arrived over HTTPS
+    /// (`X-Forwarded-Proto: https`).
+    pub(crate) fn says_https(&self, headers: &HeaderMap) -> bool {
+        self.trusted
+            && headers
+                .get(X_FORWARDED_PROTO)
+                .is_some_and(|proto| proto.as_bytes().eq_ignore_ascii_case(b"https"))
+    }
+
     /// The request id: a trusted peer's, else a new one (32 hex digits, as ingress-nginx's
     /// `$request_id`).
     pub(crate) fn request_id(&self, headers: &HeaderMap) -> HeaderValue {

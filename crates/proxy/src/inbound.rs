@@ -42,6 +42,12 @@ impl Inbound {
         sluice_routing::normalize_request_host(host)
     }
 
+    /// The Host without its port, as written (a TLS server name for the endpoint).
+    pub(crate) fn host_name(&self) -> &str {
+        let host = self.host.to_str().unwrap_or_default();
+        crate::headers::host_without_port(host)
+    }
+
     pub(crate) fn path(&self) -> &str {
         self.target.path()
     }

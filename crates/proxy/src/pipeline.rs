@@ -9,20 +9,21 @@ use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use sluice_routing::{RoutePolicy, RoutingTable, UpstreamProtocol};
+use hyper::upgrade::OnUpgrade;
+use sluice_routing::{RoutePolicy, RoutingTable, Target, UpstreamProtocol};
 
 use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
 use crate::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
 use crate::forwarded::{Forwarding, X_REQUEST_ID};
 use crate::grpc;
-use crate::headers::{host_without_port, join_cookies, strip_hop_by_hop};
+use crate::headers::{join_cookies, strip_hop_by_hop};
+use crate::health::InFlight;
 use crate::inbound::Inbound;
 use crate::options::ProxyOptions;
 use crate::phases::{Filters, ProxyScope, RequestContext};
 use crate::runtime::Runtime;
-use crate::server::ShutdownSignal;
-use crate::server::{ClientInfo, TlsInfo};
+use crate::server::{ClientInfo, ShutdownSignal, TlsInfo};
 use crate::sticky::SessionKey;
 use crate::table_handle::TableHandle;
 use crate::upgrade::{
@@ -30,7 +31,6 @@ use crate::upgrade::{
     TunnelShutdownCell,
 };
 use crate::upstream::Wire;
-use hyper::upgrade::OnUpgrade;
 
 /// A response body: the upstream's, streamed through, or the proxy's own short text.
 pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
@@ -106,11 +106,7 @@ impl Proxy {
             target: None,
             host: HeaderValue::from_static(""),
             host_has_tls: false,
-            forwarded_https: forwarding.trusted
-                && request
-                    .headers()
-                    .get("x-forwarded-proto")
-                    .is_some_and(|proto| proto.as_bytes().eq_ignore_ascii_case(b"https")),
+            forwarded_https: forwarding.says_https(request.headers()),
             pinned: None,
             endpoint: None,
         };
@@ -148,40 +144,19 @@ impl Proxy {
         context: &mut RequestContext<'r>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         // Route.
-        let upgrade = requested_upgrade(&request);
         let mut request = request;
+        let upgrade = requested_upgrade(&request);
         let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
         let (mut parts, body) = request.into_parts();
         let inbound = Inbound::read(&parts)?;
-        let host = inbound.route_host();
-        let tls_site = table.tls().site(&host);
-        if let Some(session) = &context.client.tls {
-            if !session.may_serve(tls_site) {
-                tracing::debug!(host = %host, sni = ?session.sni, "the request's host is served with another certificate: 421");
-                return Err(ProxyError::Misdirected);
-            }
-        }
-        let target = table
-            .lookup(&host, inbound.path())
-            .filter(|target| {
-                let over_tls = context.client.tls.is_some();
-                target.policy.tls.listeners.serves(over_tls)
-            })
-            .ok_or(ProxyError::NoRoute)?;
-        context.target = Some(target);
-        context.host_has_tls = tls_site.is_some();
-        context.host = inbound.host.clone();
-        drop(host);
+        let target = route(table, &inbound, context)?;
         let filters = Filters::of(target.policy);
         // Request filters.
         filters.on_request(context, &parts, &self.scope())?;
         // Upstream request.
         let wire = match &target.policy.upstream {
             UpstreamProtocol::Http1 => Wire::Http1,
-            protocol => Wire::for_route(
-                protocol,
-                host_without_port(inbound.host.to_str().unwrap_or_default()),
-            )?,
+            protocol => Wire::for_route(protocol, inbound.host_name())?,
         };
         let deadline = grpc::timeout(&parts.headers);
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
@@ -197,7 +172,7 @@ impl Proxy {
             body_idle_timeout: self.options.body_idle_timeout,
             upstream_idle_timeout: self.options.upstream_idle_timeout,
         };
-        let answer = Exchange::new(
+        let exchange = Exchange::new(
             settings,
             target.backend,
             target.policy,
@@ -208,14 +183,27 @@ impl Proxy {
         )
         .over(wire)
         .run();
+        // The client's gRPC deadline bounds every attempt together.
         let answer = match deadline {
-            None => answer.await?,
-            Some(deadline) => tokio::time::timeout(deadline, answer)
+            None => exchange.await?,
+            Some(deadline) => tokio::time::timeout(deadline, exchange)
                 .await
                 .map_err(|_elapsed| ProxyError::ResponseTimeout)??,
         };
         // Response filters.
         Ok(self.respond(answer, filters, context, client_upgrade))
+    }
+
+    /// Joins the client's and the endpoint's connections once both have switched protocols.
+    fn open_tunnel(&self, client: OnUpgrade, endpoint: OnUpgrade, in_flight: InFlight) {
+        tokio::spawn(tunnel(
+            client,
+            endpoint,
+            in_flight,
+            self.options.websocket_idle_timeout,
+            self.tunnel_shutdown.get().cloned(),
+            self.tunnels.open(),
+        ));
     }
 
     fn scope(&self) -> ProxyScope<'_> {
@@ -278,20 +266,40 @@ impl Proxy {
             }
             // The connection is the tunnel's now: it never goes back to the pool.
             drop(checkin);
-            tokio::spawn(tunnel(
-                client,
-                upstream,
-                in_flight,
-                self.options.websocket_idle_timeout,
-                self.tunnel_shutdown.get().cloned(),
-                self.tunnels.open(),
-            ));
+            self.open_tunnel(client, upstream, in_flight);
             return Response::from_parts(head, Either::Right(Full::new(Bytes::new())));
         }
         let idle = self.options.body_idle_timeout;
         let body = TrackedBody::new(body, in_flight, idle, checkin);
         Response::from_parts(head, Either::Left(body))
     }
+}
+
+/// The route phase: 421 when the request's host has a TLS site whose terms differ from the
+/// connection's, then host and path, served on this listener (else 404).
+fn route<'r>(
+    table: &'r RoutingTable,
+    inbound: &Inbound,
+    context: &mut RequestContext<'r>,
+) -> Result<Target<'r>, ProxyError> {
+    let host = inbound.route_host();
+    let tls_site = table.tls().site(&host);
+    let over_tls = match &context.client.tls {
+        Some(session) if !session.may_serve(tls_site) => {
+            tracing::debug!(%host, sni = ?session.sni, "the request's host is served with another certificate: 421");
+            return Err(ProxyError::Misdirected);
+        }
+        Some(_) => true,
+        None => false,
+    };
+    let target = table
+        .lookup(&host, inbound.path())
+        .filter(|target| target.policy.tls.listeners.serves(over_tls))
+        .ok_or(ProxyError::NoRoute)?;
+    context.target = Some(target);
+    context.host_has_tls = tls_site.is_some();
+    context.host = inbound.host.clone();
+    Ok(target)
 }
 
 /// The head the next hop gets, once for all attempts: this hop's headers removed, the
