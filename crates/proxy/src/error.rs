@@ -32,6 +32,8 @@ pub enum ProxyError {
     ClientBodyTimeout,
     #[error("the request's host is served with another certificate than this connection's")]
     Misdirected,
+    #[error("client certificate refused (one was sent: {sent})")]
+    ClientCertificate { sent: bool },
     #[error("redirected to {location:?}")]
     Redirect {
         status: StatusCode,
@@ -53,6 +55,7 @@ impl ProxyError {
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Misdirected => StatusCode::MISDIRECTED_REQUEST,
+            Self::ClientCertificate { .. } => StatusCode::BAD_REQUEST,
             Self::Redirect { status, .. } => *status,
         }
     }
@@ -72,6 +75,8 @@ impl ProxyError {
             Self::BodyTooLarge => "413 request body too large\n",
             Self::ClientBodyTimeout => "408 request body timed out\n",
             Self::Misdirected => "421 misdirected request\n",
+            Self::ClientCertificate { sent: false } => "400 no required SSL certificate was sent\n",
+            Self::ClientCertificate { sent: true } => "400 the SSL certificate error\n",
             Self::Redirect { .. } => "redirecting\n",
         }
     }

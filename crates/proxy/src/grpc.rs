@@ -15,6 +15,7 @@ const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 const DEADLINE_EXCEEDED: u8 = 4;
 const RESOURCE_EXHAUSTED: u8 = 8;
 const UNIMPLEMENTED: u8 = 12;
+const UNAUTHENTICATED: u8 = 16;
 const INTERNAL: u8 = 13;
 const UNAVAILABLE: u8 = 14;
 
@@ -50,6 +51,7 @@ pub(crate) fn timeout(headers: &HeaderMap) -> Option<Duration> {
 fn status_of(error: &ProxyError) -> u8 {
     match error {
         ProxyError::NoRoute => UNIMPLEMENTED,
+        ProxyError::ClientCertificate { .. } => UNAUTHENTICATED,
         ProxyError::ResponseTimeout | ProxyError::UploadStalled | ProxyError::ClientBodyTimeout => {
             DEADLINE_EXCEEDED
         }

@@ -23,7 +23,7 @@ use crate::inbound::Inbound;
 use crate::options::ProxyOptions;
 use crate::phases::{Filters, ProxyScope, RequestContext};
 use crate::runtime::Runtime;
-use crate::server::{ClientInfo, ShutdownSignal, TlsInfo};
+use crate::server::{ClientCertificate, ClientInfo, ShutdownSignal, TlsInfo};
 use crate::sticky::SessionKey;
 use crate::table_handle::TableHandle;
 use crate::upgrade::{
@@ -289,7 +289,12 @@ fn route<'r>(
             tracing::debug!(%host, sni = ?session.sni, "the request's host is served with another certificate: 421");
             return Err(ProxyError::Misdirected);
         }
-        Some(_) => true,
+        Some(session) => {
+            if let Some(sent) = session.client_refusal() {
+                return Err(ProxyError::ClientCertificate { sent });
+            }
+            true
+        }
         None => false,
     };
     let target = table
@@ -342,7 +347,10 @@ fn client_certificate_headers(headers: &mut http::HeaderMap, session: &TlsInfo, 
         return;
     }
     headers.remove(SSL_CLIENT_CERT);
-    let verified = session.client_certificate.as_ref();
+    let verified = match &session.client_certificate {
+        ClientCertificate::Verified(leaf) => Some(leaf),
+        _ => None,
+    };
     let verify = if verified.is_some() {
         "SUCCESS"
     } else {

@@ -9,6 +9,7 @@
 
 mod accept;
 mod activity;
+mod client_auth;
 mod client_io;
 mod framing;
 mod proxy_protocol;
@@ -38,6 +39,7 @@ use tokio::task::JoinSet;
 
 use accept::Acceptor;
 use activity::{ClientTimeouts, ConnectionActivity, Expiry, RequestActivity};
+pub use client_auth::ClientCertificate;
 use client_io::ClientIo;
 use framing::HeadProblem;
 use rewound::Rewound;

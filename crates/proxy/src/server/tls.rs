@@ -5,16 +5,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::server::{Acceptor, ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::{Acceptor, ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{ProtocolVersion, RootCertStore, ServerConfig};
-use sluice_routing::{Backend, Certificate, RoutingTable, TlsSite, VerifyClient};
+use rustls::{ProtocolVersion, ServerConfig};
+use sluice_routing::{Backend, Certificate, RoutingTable, TlsSite};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::LazyConfigAcceptor;
 
+use super::client_auth::{ClientCertificate, ClientCheck};
 use super::rewound::Rewound;
 use crate::table_handle::TableHandle;
 
@@ -27,11 +28,21 @@ pub struct TlsInfo {
     pub version: &'static str,
     /// The site the handshake used; `None` when it served the default certificate.
     pub site: Option<Arc<TlsSite>>,
-    /// The client's verified certificate, when it sent one.
-    pub client_certificate: Option<CertificateDer<'static>>,
+    /// The client's certificate, checked against the site's CAs.
+    pub client_certificate: ClientCertificate,
 }
 
 impl TlsInfo {
+    /// Whether the connection's client certificate lets a request through: `None` when it
+    /// does, else whether one was sent (for the 400 that says why).
+    pub(crate) fn client_refusal(&self) -> Option<bool> {
+        let verify = self.site.as_ref()?.client_auth.as_ref()?.verify;
+        match self.client_certificate.allows(verify) {
+            true => None,
+            false => Some(self.client_certificate != ClientCertificate::None),
+        }
+    }
+
     /// Whether a request for a host whose site is `host_site` may use this connection: the
     /// host's certificate and client-certificate rule must be the ones this connection was set
     /// up with (else 421 Misdirected Request, RFC 9110 §15.5.20). A host without a TLS entry
@@ -64,6 +75,13 @@ pub struct TlsTerminator {
     /// The default configuration, with the table's default certificate it was built for.
     default_config: Mutex<Option<DefaultConfig>>,
     connect_timeout: Duration,
+}
+
+/// A site's server configuration, and the check of client certificates when it asks for them.
+#[derive(Clone)]
+struct SiteConfig {
+    server: Arc<ServerConfig>,
+    client_check: Option<Arc<ClientCheck>>,
 }
 
 /// The default configuration and the table's default certificate it was built for.
@@ -119,7 +137,7 @@ impl TlsTerminator {
             .and_then(|name| table.tls().site(name))
             .cloned();
         let config = self.config_for(site.as_deref(), &table)?;
-        let stream = start.into_stream(config).await?;
+        let stream = start.into_stream(config.server.clone()).await?;
         let (_, connection) = stream.get_ref();
         let info = TlsInfo {
             sni,
@@ -128,22 +146,21 @@ impl TlsTerminator {
                 _ => "TLSv1.3",
             },
             site,
-            client_certificate: connection
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .map(|leaf| leaf.clone().into_owned()),
+            client_certificate: match &config.client_check {
+                Some(check) => check.check(connection),
+                None => ClientCertificate::NotAsked,
+            },
         };
         Ok(Handshake::Terminated(Box::new(stream), Arc::new(info)))
     }
 
     /// The configuration for `site`, built once and attached to it; the default one without.
-    fn config_for(
-        &self,
-        site: Option<&TlsSite>,
-        table: &RoutingTable,
-    ) -> io::Result<Arc<ServerConfig>> {
+    fn config_for(&self, site: Option<&TlsSite>, table: &RoutingTable) -> io::Result<SiteConfig> {
         let Some(site) = site else {
-            return self.default_config(table);
+            return self.default_config(table).map(|server| SiteConfig {
+                server,
+                client_check: None,
+            });
         };
         let built = site.config.get_or_attach(|| {
             let certificate = site
@@ -190,31 +207,26 @@ impl TlsTerminator {
         &self,
         certificate: &Arc<Certificate>,
         site: &TlsSite,
-    ) -> Result<Arc<ServerConfig>, rustls::Error> {
-        let verifier = match &site.client_auth {
-            None => None,
-            Some(auth) => {
-                let mut roots = RootCertStore::empty();
-                roots.add_parsable_certificates(auth.roots.iter().cloned());
-                let builder = WebPkiClientVerifier::builder_with_provider(
-                    Arc::new(roots),
-                    self.provider.clone(),
-                );
-                let builder = match auth.verify {
-                    VerifyClient::On => builder,
-                    VerifyClient::Optional => builder.allow_unauthenticated(),
-                };
-                // No usable CA: every handshake for the site fails, rather than serving it
-                // without the client check it asks for.
-                Some(builder.build().map_err(|error| {
-                    rustls::Error::General(format!(
-                        "client certificates for {} cannot be verified: {error}",
-                        site.ingress
-                    ))
-                })?)
-            }
+    ) -> Result<SiteConfig, rustls::Error> {
+        let Some(auth) = &site.client_auth else {
+            let server = finish(self.base_config(None)?, certificate);
+            return Ok(SiteConfig {
+                server,
+                client_check: None,
+            });
         };
-        Ok(finish(self.base_config(verifier)?, certificate))
+        // No usable CA: every handshake for the site fails, rather than serving it without
+        // the client check it asks for.
+        let (check, asking) = ClientCheck::new(auth, &self.provider).map_err(|error| {
+            rustls::Error::General(format!(
+                "client certificates for {} cannot be verified: {error}",
+                site.ingress
+            ))
+        })?;
+        Ok(SiteConfig {
+            server: finish(self.base_config(Some(asking))?, certificate),
+            client_check: Some(Arc::new(check)),
+        })
     }
 
     fn base_config(
