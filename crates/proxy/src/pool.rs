@@ -1,6 +1,6 @@
 //! One endpoint's keep-alive HTTP/1.1 connections: checked out per request, returned when the response ends, closed when idle too long or when the endpoint retires.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,10 @@ pub(crate) struct ConnectionPool {
     idle: Mutex<Vec<Idle>>,
     idle_tls: Mutex<Vec<Idle>>,
     shared: Mutex<Vec<Shared>>,
+    /// Held while an HTTP/2-capable connection is being opened.
+    connecting: tokio::sync::Mutex<()>,
+    /// The endpoint answered TLS with HTTP/1.1 by ALPN: TLS connects need not take turns.
+    tls_chose_http1: AtomicBool,
     generation: AtomicU64,
 }
 
@@ -177,34 +181,67 @@ impl ConnectionPool {
         })
     }
 
-    /// Opens a new connection to `authority` for `wire` within `timeout` (TLS included).
+    /// Opens a new connection to `authority` for `wire` within `timeout` (TLS included). A
+    /// wire that may speak HTTP/2 opens one connection at a time per endpoint, and a request
+    /// that waited takes a stream on the connection just opened: a burst of requests to a cold
+    /// endpoint opens one connection, not one per request.
     pub(crate) async fn connect(
         &self,
         authority: &str,
         wire: &Wire,
         timeout: Duration,
     ) -> Result<Connection, ProxyError> {
+        let attempt = async {
+            let _one_at_a_time = match self.shares(wire) {
+                true => {
+                    let turn = self.connecting.lock().await;
+                    let generation = self.generation.load(Ordering::Acquire);
+                    if let Some(connection) = self.checkout_shared(generation, wire.is_tls()) {
+                        return Ok(connection);
+                    }
+                    Some(turn)
+                }
+                false => None,
+            };
+            self.open(authority, wire).await
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(ProxyError::ConnectTimeout),
+        }
+    }
+
+    /// Whether connections for `wire` may be shared HTTP/2 ones: always for h2c, and over TLS
+    /// until the endpoint has chosen HTTP/1.1 by ALPN.
+    fn shares(&self, wire: &Wire) -> bool {
+        match wire {
+            Wire::Http1 => false,
+            Wire::H2c => true,
+            Wire::Tls { .. } => !self.tls_chose_http1.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Connects, sets up the wire's protocol and, for HTTP/2, shares the connection.
+    async fn open(&self, authority: &str, wire: &Wire) -> Result<Connection, ProxyError> {
         let generation = self.generation.load(Ordering::Acquire);
-        let connecting = async {
-            let stream = TcpStream::connect(authority)
-                .await
-                .map_err(ProxyError::ConnectFailed)?;
-            let _ = stream.set_nodelay(true);
-            wire.open(stream, authority).await
-        };
-        let stream = match tokio::time::timeout(timeout, connecting).await {
-            Ok(result) => result?,
-            Err(_elapsed) => return Err(ProxyError::ConnectTimeout),
-        };
+        let stream = TcpStream::connect(authority)
+            .await
+            .map_err(ProxyError::ConnectFailed)?;
+        let _ = stream.set_nodelay(true);
         let tls = wire.is_tls();
-        let connection = match stream {
-            Opened::Http1(io) => Connection {
-                sender: Sender::Http1(handshake_http1(io).await?),
-                generation,
-                reused: false,
-                tls,
-                _stream: None,
-            },
+        let connection = match wire.open(stream, authority).await? {
+            Opened::Http1(io) => {
+                if tls {
+                    self.tls_chose_http1.store(true, Ordering::Relaxed);
+                }
+                Connection {
+                    sender: Sender::Http1(handshake_http1(io).await?),
+                    generation,
+                    reused: false,
+                    tls,
+                    _stream: None,
+                }
+            }
             Opened::Http2(io) => {
                 let sender = handshake_http2(io).await?;
                 let streams = Arc::new(AtomicUsize::new(0));

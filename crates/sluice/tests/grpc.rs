@@ -200,3 +200,41 @@ async fn a_pod_that_dies_mid_stream_ends_the_call_with_an_error_not_a_clean_end(
         "a stream cut short is an error, never a clean end: {ended:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_share_one_http2_connection_until_it_carries_100_streams() {
+    let pod = EchoPod::start("shared", SocketAddr::new(pod_ip(164), 0)).await;
+    let dir = tempfile::tempdir().unwrap();
+    manifests(dir.path(), &[pod.addr], &[]);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let calls = |count: usize| {
+        let listen = sluice.listen;
+        async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for index in 0..count {
+                tasks.spawn(async move {
+                    let mut call = request(&format!("call {index}"));
+                    call.get_mut().delay_ms = 300;
+                    h2c_client(listen, "grpc.test").unary(call).await
+                });
+            }
+            let mut ok = 0;
+            while let Some(result) = tasks.join_next().await {
+                ok += usize::from(result.unwrap().is_ok());
+            }
+            ok
+        }
+    };
+    assert_eq!(calls(50).await, 50);
+    let after_fifty = pod.connections.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        after_fifty, 1,
+        "50 concurrent calls, one upstream connection"
+    );
+    assert_eq!(calls(150).await, 150);
+    let after_more = pod.connections.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        (2..=3).contains(&after_more),
+        "150 concurrent streams need a second connection (and no more than one per 100): {after_more}"
+    );
+}

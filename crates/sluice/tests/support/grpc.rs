@@ -62,6 +62,8 @@ impl<Req, Res> Service<Request<Req>> for Method<Req, Res> {
 /// every connection close at once, as when a pod dies).
 pub struct EchoPod {
     pub addr: SocketAddr,
+    /// Connections accepted so far.
+    pub connections: Arc<std::sync::atomic::AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -75,9 +77,12 @@ impl EchoPod {
     pub async fn start(name: &'static str, addr: SocketAddr) -> Self {
         let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
         let task = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 connections.spawn(async move {
                     let service = service_fn(move |request| route(name, request));
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -86,7 +91,11 @@ impl EchoPod {
                 });
             }
         });
-        Self { addr, task }
+        Self {
+            addr,
+            connections: accepted,
+            task,
+        }
     }
 }
 
