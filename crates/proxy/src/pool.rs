@@ -1,4 +1,4 @@
-//! One endpoint's keep-alive HTTP/1.1 connections: checked out per request, returned when the response ends, closed when idle too long or when the endpoint retires.
+//! One endpoint's upstream connections: keep-alive HTTP/1.1 ones checked out per request and returned when the response ends, HTTP/2 ones shared by up to 100 streams, all closed when idle too long or when the endpoint retires.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
