@@ -36,7 +36,7 @@ pub use options::{
 pub use pipeline::{Proxy, ProxyBody};
 pub use runtime::{ProxyCounters, Runtime};
 pub use server::{
-    generate_self_signed, serve, serve_tls, ClientInfo, ListenerOptions, Phase, ShutdownSignal,
+    serve, serve_tls, ClientCertificate, ClientInfo, ListenerOptions, Phase, ShutdownSignal,
     ShutdownTrigger, TlsInfo, TlsSetupError, TlsTerminator, DEFAULT_BODY_IDLE_TIMEOUT,
     DEFAULT_CLIENT_HEADER_TIMEOUT, DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_MAX_CONCURRENT_STREAMS,
     DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES,

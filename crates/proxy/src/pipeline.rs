@@ -1,6 +1,6 @@
 //! The request pipeline: the request phases of [`crate::phases`] in order, from the route to the log.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,7 +28,6 @@ use crate::sticky::SessionKey;
 use crate::table_handle::TableHandle;
 use crate::upgrade::{
     requested_upgrade, restore_upgrade_headers, tunnel, OpenTunnels, TunnelShutdown,
-    TunnelShutdownCell,
 };
 use crate::upstream::Wire;
 
@@ -42,8 +41,8 @@ pub struct Proxy {
     session_key: SessionKey,
     options: ProxyOptions,
     replay_limit: usize,
-    /// When upgraded connections must end on shutdown.
-    tunnel_shutdown: TunnelShutdownCell,
+    /// When upgraded connections must end on shutdown (set once by `watch_shutdown`).
+    tunnel_shutdown: OnceLock<TunnelShutdown>,
     tunnels: Arc<OpenTunnels>,
 }
 
@@ -68,7 +67,7 @@ impl Proxy {
                 .unwrap_or_default(),
             options: options.clone(),
             replay_limit: DEFAULT_REPLAY_LIMIT,
-            tunnel_shutdown: TunnelShutdownCell::default(),
+            tunnel_shutdown: OnceLock::new(),
             tunnels: Arc::default(),
         }
     }

@@ -3,7 +3,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -50,9 +50,6 @@ pub(crate) struct TunnelShutdown {
     pub(crate) signal: ShutdownSignal,
     pub(crate) grace_period: Duration,
 }
-
-/// Shared by the proxy: set once when `serve` wires the shutdown signal.
-pub(crate) type TunnelShutdownCell = Arc<OnceLock<TunnelShutdown>>;
 
 /// Counts open tunnels, so that the process waits for them on shutdown.
 #[derive(Default)]

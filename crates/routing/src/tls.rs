@@ -7,6 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 use rustls::pki_types::CertificateDer;
 use rustls::sign::CertifiedKey;
@@ -148,19 +149,18 @@ impl<T: PartialEq> PartialEq for HostMap<T> {
 impl<T> HostMap<T> {
     /// Inserts unless the host is taken (or is no host at all); says whether it inserted.
     pub(crate) fn insert_new(&mut self, host: HostMatch, value: T) -> bool {
-        let map = match &host {
+        let (map, name) = match host {
             HostMatch::Any => return false,
-            HostMatch::Exact(_) => &mut self.exact,
-            HostMatch::Wildcard(_) => &mut self.wildcard,
+            HostMatch::Exact(name) => (&mut self.exact, name),
+            HostMatch::Wildcard(suffix) => (&mut self.wildcard, suffix),
         };
-        let (HostMatch::Exact(name) | HostMatch::Wildcard(name)) = host else {
-            return false;
-        };
-        if map.contains_key(&name) {
-            return false;
+        match map.entry(name) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(value);
+                true
+            }
+            Entry::Occupied(_) => false,
         }
-        map.insert(name, value);
-        true
     }
 
     /// The value for a lowercase host name: its own, else its one-label wildcard's.

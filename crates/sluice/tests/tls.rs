@@ -861,18 +861,7 @@ async fn hold_connection(
     host: &str,
     ca_pem: &str,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = support::tls::client_config(ca_pem);
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
@@ -948,4 +937,39 @@ async fn a_connection_keeps_its_certificate_while_the_secret_is_replaced() {
         "the held connection still serves: {response}"
     );
     assert_eq!(held.get_ref().1.peer_certificates().unwrap()[0], first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_behind_a_proxy_protocol_load_balancer_replays_every_byte_after_the_header() {
+    let pod_ca = TestCa::new("pod CA").unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let issued = pod_ca.server(&["pass.test"]).unwrap();
+    let cert = write_pem(files.path(), "pod.pem", &issued.cert);
+    let key = write_pem(files.path(), "pod.key", &issued.key);
+    let ca_file = write_pem(files.path(), "ca.pem", &pod_ca.cert_pem());
+    let pod_addr = std::net::SocketAddr::new(pod_ip(133), support::free_port());
+    let _pod = OpensslServer::start(pod_addr, &cert, &key).await;
+    let dir = tempfile::tempdir().unwrap();
+    let passthrough = ("nginx.ingress.kubernetes.io/ssl-passthrough", "true");
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress("argocd", &["pass.test"], "argocd", &[], &[passthrough]),
+            service("argocd", 80, &[pod_addr]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &["--proxy-protocol"]).await;
+    let [resolve, to, url] = https_args(sluice.listen_tls, "pass.test", "/");
+    let (code, body) = curl(&[
+        "--haproxy-protocol",
+        "--http1.1",
+        "--cacert",
+        &ca_file,
+        &resolve,
+        &to,
+        &url,
+    ]);
+    assert_eq!(code, 0, "{body}");
+    assert!(body.contains("s_server"), "openssl's status page: {body}");
 }

@@ -113,6 +113,16 @@ where
         }
     }
 
+    /// Whether an object read as `seen` (`None`: found missing) is as it was: `now` is what
+    /// the snapshot holds.
+    pub(super) fn unchanged(seen: &Option<Self>, now: Option<&T>) -> bool {
+        match (seen, now) {
+            (Some(seen), Some(now)) => seen.matches(now),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+
     pub(super) fn matches(&self, object: &T) -> bool {
         match self {
             Self::Resource(version) => {
@@ -273,22 +283,14 @@ impl CachedIngress {
         let Some(fragment) = &self.fragment else {
             return true;
         };
-        let services_same = fragment.services.iter().all(|(key, seen)| {
-            match (services.get(&key.namespace, &key.name), seen) {
-                (Some(service), Some(seen)) => seen.matches(service),
-                (None, None) => true,
-                _ => false,
-            }
-        });
-        let secrets_same =
-            fragment
-                .secrets
-                .iter()
-                .all(|(key, seen)| match (secrets.get(key), seen) {
-                    (Some(secret), Some(seen)) => seen.matches(secret),
-                    (None, None) => true,
-                    _ => false,
-                });
+        let services_same = fragment
+            .services
+            .iter()
+            .all(|(key, seen)| Version::unchanged(seen, services.get(&key.namespace, &key.name)));
+        let secrets_same = fragment
+            .secrets
+            .iter()
+            .all(|(key, seen)| Version::unchanged(seen, secrets.get(key)));
         services_same
             && secrets_same
             && fragment.endpoint_sets.iter().all(|used| {

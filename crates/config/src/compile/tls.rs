@@ -311,11 +311,12 @@ pub(super) struct IngressTls<'f> {
 /// Adds the TLS sites, client-certificate rules and passthrough hosts of served Ingresses,
 /// oldest first (the oldest claim to a host wins), to the table.
 pub(super) struct TlsMerge<'c> {
-    pub cache: &'c mut SecretCache,
-    pub snapshot: &'c Snapshot,
-    pub now: i64,
+    cache: &'c mut SecretCache,
+    snapshot: &'c Snapshot,
+    /// Seconds since the Unix epoch, for the validity checks.
+    now: i64,
     /// Who holds each TLS host, for the diagnostic of a later claim.
-    pub owners: HashMap<HostMatch, ObjectKey>,
+    owners: HashMap<HostMatch, ObjectKey>,
 }
 
 impl TlsMerge<'_> {

@@ -44,7 +44,7 @@ use client_io::ClientIo;
 use framing::HeadProblem;
 use rewound::Rewound;
 use tls::Handshake;
-pub use tls::{generate_self_signed, TlsInfo, TlsSetupError, TlsTerminator};
+pub use tls::{TlsInfo, TlsSetupError, TlsTerminator};
 
 /// `--client-header-timeout`: the whole request head must arrive within this (slowloris).
 pub const DEFAULT_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -224,6 +224,33 @@ where
     }
 }
 
+/// What a listener serves: a function from a request and its connection to a response.
+/// [`serve`] and [`serve_tls`] take any such closure; inside, this one bound stands for it.
+trait Handler: Clone + Send + Sync + 'static {
+    type Body: Body<Data = Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + Unpin
+        + 'static;
+    type Future: Future<Output = Response<Self::Body>> + Send + 'static;
+
+    fn call(&self, request: Request<Incoming>, client: ClientInfo) -> Self::Future;
+}
+
+impl<F, Fut, B> Handler for F
+where
+    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Body = B;
+    type Future = Fut;
+
+    fn call(&self, request: Request<Incoming>, client: ClientInfo) -> Fut {
+        self(request, client)
+    }
+}
+
 /// Everything a connection task needs from its listener.
 struct Listener<F> {
     handler: F,
@@ -269,18 +296,13 @@ pub async fn serve_tls<F, Fut, B>(
     serve_listener(listener, handler, shutdown, options, Some(tls)).await;
 }
 
-async fn serve_listener<F, Fut, B>(
+async fn serve_listener<H: Handler>(
     listener: TcpListener,
-    handler: F,
+    handler: H,
     shutdown: ShutdownSignal,
     options: ListenerOptions,
     tls: Option<Arc<TlsTerminator>>,
-) where
-    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+) {
     let grace_period = options.grace_period;
     let context = Arc::new(Listener {
         handler,
@@ -315,16 +337,11 @@ async fn serve_listener<F, Fut, B>(
 
 /// Serves one connection: reads the PROXY header when required, then HTTP until the client
 /// leaves, a limit is hit, or the listener stops.
-async fn serve_connection<F, Fut, B>(
+async fn serve_connection<H: Handler>(
     mut stream: TcpStream,
     peer: SocketAddr,
-    listener: Arc<Listener<F>>,
-) where
-    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+    listener: Arc<Listener<H>>,
+) {
     let _ = stream.set_nodelay(true);
     let options = &listener.options;
     let Some((mut info, prefix)) = client_info(&mut stream, peer, options).await else {
@@ -348,16 +365,12 @@ async fn serve_connection<F, Fut, B>(
 
 /// Serves HTTP on one connection's byte stream until the client leaves, a limit is hit, or
 /// the listener stops.
-async fn serve_http<F, Fut, B, S>(
+async fn serve_http<H: Handler, S>(
     stream: S,
     prefix: Bytes,
     info: ClientInfo,
-    listener: &Listener<F>,
+    listener: &Listener<H>,
 ) where
-    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Response<B>> + Send + 'static,
-    B: Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     let options = &listener.options;
@@ -477,16 +490,12 @@ fn log_expiry(expiry: Expiry, peer: SocketAddr) {
 
 /// Answers one request: with a refusal when the framing scan refused its head, else with
 /// the handler's response.
-async fn respond<F, Fut, B>(
+async fn respond<H: Handler>(
     request: Request<Incoming>,
-    handler: F,
+    handler: H,
     mut activity: RequestActivity,
     info: ClientInfo,
-) -> Result<Response<ServedBody<B>>, Infallible>
-where
-    F: Fn(Request<Incoming>, ClientInfo) -> Fut,
-    Fut: Future<Output = Response<B>>,
-{
+) -> Result<Response<ServedBody<H::Body>>, Infallible> {
     if let Some(problem) = activity.refused_head() {
         tracing::debug!(client = %info.client, reason = problem.reason(), "refused a request head");
         activity.answered();
@@ -495,7 +504,7 @@ where
             _request: activity,
         }));
     }
-    let response = handler(request, info).await;
+    let response = handler.call(request, info).await;
     if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
         activity.upgraded();
     }

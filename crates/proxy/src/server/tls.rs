@@ -127,8 +127,8 @@ impl TlsTerminator {
             .server_name()
             .map(|name| name.to_ascii_lowercase().into_boxed_str());
         if let Some((backend, _)) = sni.as_deref().and_then(|name| table.passthrough(name)) {
-            let (socket, hello, _) = start.io.into_parts();
-            self.splice(socket, &hello, backend).await?;
+            let (socket, hello, unread) = start.io.into_parts();
+            self.splice(socket, &[&hello, &unread], backend).await?;
             return Ok(Handshake::PassedThrough);
         }
         start.io.stop_recording();
@@ -242,12 +242,13 @@ impl TlsTerminator {
         })
     }
 
-    /// Connects to the backend's endpoints in rotation until one answers, replays the
-    /// ClientHello, and copies bytes both ways until either side closes.
+    /// Connects to the backend's endpoints in rotation until one answers, replays what was
+    /// read (the ClientHello, and any bytes after a PROXY header not read yet), and copies bytes
+    /// both ways until either side closes.
     async fn splice(
         &self,
         mut client: TcpStream,
-        hello: &[u8],
+        replay: &[&[u8]],
         backend: &Backend,
     ) -> io::Result<()> {
         let set = backend.endpoints().load();
@@ -273,7 +274,9 @@ impl TlsTerminator {
                 }
             };
             let _ = upstream.set_nodelay(true);
-            upstream.write_all(hello).await?;
+            for bytes in replay {
+                upstream.write_all(bytes).await?;
+            }
             tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
             return Ok(());
         }
@@ -302,7 +305,7 @@ impl ResolvesServerCert for OneCertificate {
 }
 
 /// A self-signed ECDSA P-256 certificate for `names`.
-pub fn generate_self_signed(
+fn generate_self_signed(
     source: &str,
     names: &[String],
     provider: &CryptoProvider,

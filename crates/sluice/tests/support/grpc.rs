@@ -243,18 +243,7 @@ pub fn h2c_client(addr: SocketAddr, host: &str) -> EchoClient<H2cTransport> {
 
 /// A client for `https://{host}` (ALPN h2) that connects to `addr` and trusts `ca_pem`.
 pub fn tls_client(addr: SocketAddr, host: &str, ca_pem: &str) -> EchoClient<TlsTransport> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = super::tls::client_config(ca_pem);
     let mut http = HttpConnector::new_with_resolver(FixedResolver(addr));
     http.enforce_http(false);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()

@@ -1,7 +1,6 @@
 //! Shared helpers for the end-to-end tests: run the real sluice binary on loopback, write manifests, wait for conditions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-#[allow(unreachable_pub)]
 pub mod grpc;
 pub mod tls;
 pub mod wire;

@@ -96,3 +96,19 @@ pub fn write_pem(dir: &Path, name: &str, pem: &str) -> String {
     std::fs::write(&path, pem).unwrap();
     path.to_string_lossy().into_owned()
 }
+
+/// A rustls client configuration that trusts the CA certificates in `ca_pem`.
+pub fn client_config(ca_pem: &str) -> rustls::ClientConfig {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth()
+}
