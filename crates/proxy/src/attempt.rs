@@ -40,6 +40,7 @@ use crate::error::ProxyError;
 use crate::health::{Admission, InFlight, TrialGuard};
 use crate::pool::{keep_alive_for, Checkin, Connection};
 use crate::runtime::{EndpointRuntime, Runtime};
+use crate::telemetry::RetryReason;
 use crate::upstream::Wire;
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -57,6 +58,8 @@ pub(crate) struct AttemptSettings<'s> {
 pub(crate) struct Answer {
     pub(crate) response: Response<Incoming>,
     pub(crate) in_flight: InFlight,
+    /// Attempts made for the request, this one included.
+    pub(crate) attempts: u32,
     pub(crate) endpoint: Endpoint,
     /// The connection, to go back to its pool when the response body ends.
     pub(crate) checkin: Checkin,
@@ -120,6 +123,8 @@ pub(crate) struct Exchange<'a> {
     started: Instant,
     /// The protocol spoken to the endpoints.
     wire: Wire,
+    /// How the last attempt ended, which names the reason of the retry after it.
+    retry_reason: Option<RetryReason>,
 }
 
 impl<'a> Exchange<'a> {
@@ -149,6 +154,7 @@ impl<'a> Exchange<'a> {
             fallback_used: false,
             started: Instant::now(),
             wire: Wire::Http1,
+            retry_reason: None,
         }
     }
 
@@ -167,14 +173,22 @@ impl<'a> Exchange<'a> {
         while let Some(pick) = self.next_target() {
             // A refused retry drops `pick`, which releases a trial it claimed.
             if self.last_reached && !budget.try_retry(Instant::now()) {
-                self.settings.runtime.counters.retries_over_budget.inc();
+                self.settings.runtime.metrics.retry_budget_exhausted.inc();
                 break;
             }
-            if self.attempts > 0 {
-                self.settings.runtime.counters.retries.inc();
+            if let Some(reason) = self.retry_reason.filter(|_| self.attempts > 0) {
+                self.settings.runtime.metrics.retried(reason);
             }
             self.attempts += 1;
             let outcome = self.attempt(&pick).await;
+            pick.runtime.stats.record_outcome(match &outcome {
+                Ok(answer) => answer.response.status().is_server_error(),
+                Err(failure) => !matches!(failure, Failure::Client(_)),
+            });
+            self.retry_reason = Some(match &outcome {
+                Ok(_) => RetryReason::Status,
+                Err(failure) => failure.retry_reason(),
+            });
             if let Some(trial) = pick.trial {
                 self.settle_trial(trial, &pick.runtime, &outcome);
             }
@@ -217,7 +231,7 @@ impl<'a> Exchange<'a> {
             Err(_) => {
                 let may_eject = self.ejected_besides(runtime) < self.set.eligible().len() / 2;
                 if trial.failed(Instant::now(), may_eject) {
-                    self.settings.runtime.counters.ejections.inc();
+                    self.settings.runtime.metrics.ejections.inc();
                 }
             }
         }
@@ -327,7 +341,7 @@ impl<'a> Exchange<'a> {
             return None;
         }
         self.fallback_used = true;
-        self.settings.runtime.counters.fallbacks.inc();
+        self.settings.runtime.metrics.fallbacks.inc();
         let endpoint = self.policy.fallback.clone()?;
         let runtime = self.settings.runtime.endpoint(&endpoint);
         Some(Pick {
@@ -348,7 +362,10 @@ impl<'a> Exchange<'a> {
             runtime.pool.checkout(&self.wire)
         };
         let mut connection = match pooled {
-            Some(connection) => connection,
+            Some(connection) => {
+                self.settings.runtime.metrics.reused_connections.inc();
+                connection
+            }
             None => self.connect(endpoint, runtime).await?,
         };
         let mut resent_on_new_connection = false;
@@ -373,6 +390,7 @@ impl<'a> Exchange<'a> {
                     return Ok(Answer {
                         response,
                         in_flight,
+                        attempts: self.attempts,
                         endpoint: endpoint.clone(),
                         checkin: Checkin::new(runtime.pool.clone(), connection, keep_for),
                     });
@@ -405,7 +423,7 @@ impl<'a> Exchange<'a> {
                     resent_on_new_connection = true;
                     self.settings
                         .runtime
-                        .counters
+                        .metrics
                         .stale_connection_resends
                         .inc();
                     connection = self.connect(endpoint, runtime).await?;
@@ -459,6 +477,7 @@ impl<'a> Exchange<'a> {
         runtime: &Arc<EndpointRuntime>,
     ) -> Result<Connection, Failure> {
         let authority = endpoint.authority().as_str();
+        let started = Instant::now();
         match runtime
             .pool
             .connect(authority, &self.wire, self.settings.connect_timeout)
@@ -466,9 +485,13 @@ impl<'a> Exchange<'a> {
         {
             Ok(connection) => {
                 runtime.stats.record_connect_success();
+                if !connection.reused {
+                    self.settings.runtime.metrics.connected(started.elapsed());
+                }
                 Ok(connection)
             }
             Err(error) => {
+                self.settings.runtime.metrics.connect_failed(&error);
                 self.record_connect_failure(runtime);
                 match error {
                     ProxyError::ConnectTimeout => Err(Failure::ConnectTimedOut),
@@ -486,7 +509,7 @@ impl<'a> Exchange<'a> {
             .stats
             .record_connect_failure(Instant::now(), may_eject)
         {
-            self.settings.runtime.counters.ejections.inc();
+            self.settings.runtime.metrics.ejections.inc();
         }
     }
 
@@ -617,6 +640,16 @@ pub(crate) fn resendable(parts: &Parts) -> bool {
 }
 
 impl Failure {
+    /// The reason a retry after this failure is counted under.
+    fn retry_reason(&self) -> RetryReason {
+        match self {
+            Self::NotSent(_) | Self::Client(_) => RetryReason::ConnectError,
+            Self::ConnectTimedOut => RetryReason::ConnectTimeout,
+            Self::Sent(_) => RetryReason::UpstreamError,
+            Self::TimedOut(_) => RetryReason::Timeout,
+        }
+    }
+
     fn into_error(self) -> ProxyError {
         match self {
             Self::NotSent(error)

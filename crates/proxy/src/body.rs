@@ -17,6 +17,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::error::ProxyError;
 use crate::health::InFlight;
+use crate::log_phase::Completion;
 use crate::pool::Checkin;
 
 /// Request bodies up to this size are buffered so an attempt can be replayed on another endpoint.
@@ -341,6 +342,10 @@ pub struct TrackedBody {
     /// The upstream connection, returned to its pool once the body has ended.
     checkin: Option<Checkin>,
     ended: bool,
+    /// Body bytes passed on so far.
+    sent: u64,
+    /// The request's metrics and access-log line, recorded when the body ends or drops.
+    completion: Option<Completion>,
 }
 
 impl TrackedBody {
@@ -356,7 +361,14 @@ impl TrackedBody {
             _in_flight: in_flight,
             checkin: Some(checkin),
             ended: false,
+            sent: 0,
+            completion: None,
         }
+    }
+
+    /// Records `completion` once the body has ended (or the client left).
+    pub(crate) fn on_end(&mut self, completion: Completion) {
+        self.completion = Some(completion);
     }
 }
 
@@ -368,6 +380,9 @@ impl Drop for TrackedBody {
             if let Some(checkin) = self.checkin.take() {
                 checkin.response_ended();
             }
+        }
+        if let Some(completion) = self.completion.take() {
+            completion.finish(self.sent);
         }
     }
 }
@@ -382,8 +397,14 @@ impl Body for TrackedBody {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
         let polled = poll_watched(&mut this.inner, &mut this.idle, cx);
-        if let Poll::Ready(None) = polled {
-            this.ended = true;
+        match &polled {
+            Poll::Ready(None) => this.ended = true,
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.sent += data.len() as u64;
+                }
+            }
+            _ => {}
         }
         polled.map_err(|error| match error {
             Watched::Stalled => ResponseBodyError::Stalled,

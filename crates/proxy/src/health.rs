@@ -22,6 +22,9 @@ pub(crate) struct EndpointStats {
     /// endpoint takes no lock.
     out_of_rotation: AtomicBool,
     health: Mutex<Health>,
+    /// Attempts sent to the endpoint, and those that failed or answered 5xx.
+    attempts: AtomicU64,
+    failures: AtomicU64,
 }
 
 /// The peak-EWMA latency, lock-free. Two samples folded in at once may lose one of them,
@@ -119,6 +122,28 @@ impl EndpointStats {
     /// proven by a trial. This is what the "at most half ejected" cap counts.
     pub(crate) fn is_ejected(&self) -> bool {
         self.out_of_rotation.load(Ordering::Acquire)
+    }
+
+    /// One attempt ended; `failed` when it got no response or a 5xx.
+    pub(crate) fn record_outcome(&self, failed: bool) {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Attempts so far, and failed ones.
+    pub(crate) fn outcomes(&self) -> (u64, u64) {
+        (
+            self.attempts.load(Ordering::Relaxed),
+            self.failures.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The latency average, once there is a sample.
+    pub(crate) fn latency(&self) -> Option<Duration> {
+        let nanos = f64::from_bits(self.latency.value.load(Ordering::Relaxed));
+        (nanos > 0.0).then(|| Duration::from_nanos(nanos as u64))
     }
 
     /// A connection was set up: failed connects count from zero again.

@@ -5,6 +5,7 @@
 //! learnt from traffic (connections, load, latency, ejections, retry budgets) lives in one
 //! [`Runtime`] behind the same handle.
 
+mod access_log;
 mod attempt;
 mod balance;
 mod body;
@@ -15,6 +16,7 @@ mod grpc;
 mod headers;
 mod health;
 mod inbound;
+mod log_phase;
 mod options;
 mod phases;
 mod pipeline;
@@ -23,9 +25,11 @@ mod runtime;
 mod server;
 mod sticky;
 mod table_handle;
+mod telemetry;
 mod upgrade;
 mod upstream;
 
+pub use access_log::{AccessLog, AccessLogFormat, DEFAULT_ACCESS_LOG_QUEUE};
 pub use body::{ResponseBodyError, TrackedBody, DEFAULT_REPLAY_LIMIT};
 pub use error::ProxyError;
 pub use forwarded::TrustedProxies;
@@ -34,7 +38,7 @@ pub use options::{
     DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
 };
 pub use pipeline::{Proxy, ProxyBody};
-pub use runtime::{ProxyCounters, Runtime};
+pub use runtime::{EndpointReport, Runtime};
 pub use server::{
     serve, serve_tls, ClientCertificate, ClientInfo, ListenerOptions, Phase, ShutdownSignal,
     ShutdownTrigger, TlsInfo, TlsSetupError, TlsTerminator, DEFAULT_BODY_IDLE_TIMEOUT,
@@ -43,6 +47,7 @@ pub use server::{
 };
 pub use sticky::SessionKey;
 pub use table_handle::TableHandle;
+pub use telemetry::{ConnectionMetrics, ListenerMetrics, ProxyMetrics};
 
 /// Entry points for the micro-benchmarks in `bench/benches` (criterion); not an API.
 #[doc(hidden)]

@@ -44,6 +44,9 @@ pub(crate) struct RequestContext<'r> {
     pub(crate) pinned: Option<Endpoint>,
     /// The endpoint that answered, once one did.
     pub(crate) endpoint: Option<Endpoint>,
+    /// The endpoint's status, and the attempts it took, once an endpoint answered.
+    pub(crate) upstream_status: Option<StatusCode>,
+    pub(crate) attempts: u32,
 }
 
 /// What the phases may use from the proxy as a whole.

@@ -1,7 +1,7 @@
 //! The request pipeline: the request phases of [`crate::phases`] in order, from the route to the log.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_TYPE, HOST, LOCATION};
@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use sluice_routing::{RoutePolicy, RoutingTable, Target, UpstreamProtocol};
 
+use crate::access_log::{AccessLog, AccessRecord};
 use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
 use crate::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
@@ -20,12 +21,14 @@ use crate::grpc;
 use crate::headers::{join_cookies, strip_hop_by_hop};
 use crate::health::InFlight;
 use crate::inbound::Inbound;
+use crate::log_phase::{declared_length, Completion};
 use crate::options::ProxyOptions;
 use crate::phases::{Filters, ProxyScope, RequestContext};
 use crate::runtime::Runtime;
 use crate::server::{ClientCertificate, ClientInfo, ShutdownSignal, TlsInfo};
 use crate::sticky::SessionKey;
 use crate::table_handle::TableHandle;
+use crate::telemetry;
 use crate::upgrade::{
     requested_upgrade, restore_upgrade_headers, tunnel, OpenTunnels, TunnelShutdown,
 };
@@ -44,6 +47,7 @@ pub struct Proxy {
     /// When upgraded connections must end on shutdown (set once by `watch_shutdown`).
     tunnel_shutdown: OnceLock<TunnelShutdown>,
     tunnels: Arc<OpenTunnels>,
+    access_log: Option<Arc<AccessLog>>,
 }
 
 impl Proxy {
@@ -69,7 +73,14 @@ impl Proxy {
             replay_limit: DEFAULT_REPLAY_LIMIT,
             tunnel_shutdown: OnceLock::new(),
             tunnels: Arc::default(),
+            access_log: None,
         }
+    }
+
+    /// Writes a line per request to `log`.
+    pub fn with_access_log(mut self, log: Arc<AccessLog>) -> Self {
+        self.access_log = Some(log);
+        self
     }
 
     /// Resolves once every upgraded (WebSocket) connection has ended; on shutdown they end at
@@ -95,9 +106,19 @@ impl Proxy {
         request: Request<Incoming>,
         client: ClientInfo,
     ) -> Response<ProxyBody> {
+        let started = Instant::now();
         let forwarding =
             Forwarding::decide(request.headers(), &client, &self.options.trusted_proxies);
         let grpc_call = grpc::is_grpc(request.headers());
+        let measure = Measure {
+            started,
+            method: telemetry::method(request.method()),
+            request_bytes: declared_length(request.headers()),
+            record: self
+                .access_log
+                .as_ref()
+                .map(|_| AccessRecord::begin(&request, forwarding.real_client)),
+        };
         let table = self.table.load();
         let mut context = RequestContext {
             client: &client,
@@ -108,6 +129,8 @@ impl Proxy {
             forwarded_https: forwarding.says_https(request.headers()),
             pinned: None,
             endpoint: None,
+            upstream_status: None,
+            attempts: 0,
         };
         // Boxed: the forwarding future is large (4.8 KB), and hyper keeps the handler's
         // future in a per-connection box while the connection lives. Boxing it here makes
@@ -131,7 +154,55 @@ impl Proxy {
         if let Some(target) = &context.target {
             Filters::of(target.policy).on_log(&context, response.status());
         }
+        self.measure(&mut response, &context, measure);
         response
+    }
+
+    /// Hands the request's metrics and access-log line to its response body, which records
+    /// them when it ends; a body of the proxy's own is recorded at once.
+    fn measure(
+        &self,
+        response: &mut Response<ProxyBody>,
+        context: &RequestContext<'_>,
+        measure: Measure,
+    ) {
+        let metrics = &self.table.runtime().metrics;
+        let route = match &context.target {
+            Some(target) => metrics.route(target),
+            None => metrics.unrouted(),
+        };
+        let log = match (&self.access_log, measure.record) {
+            (Some(sink), Some(mut record)) => {
+                record.status = response.status().as_u16();
+                record.host = context.host.clone();
+                record.upstream = context.endpoint.clone();
+                record.upstream_status = context.upstream_status.map(|s| s.as_u16());
+                record.attempts = context.attempts;
+                record.route = context.target.map(|t| t.ingress).unwrap_or_default().into();
+                record.request_id = context.request_id.clone();
+                if let Some(session) = &context.client.tls {
+                    record.tls_version = Some(session.version);
+                    record.sni = session.sni.clone();
+                }
+                Some(Box::new((sink.clone(), record)))
+            }
+            _ => None,
+        };
+        let completion = Completion {
+            started: measure.started,
+            method: measure.method,
+            status: response.status(),
+            request_bytes: measure.request_bytes,
+            route,
+            log,
+        };
+        match response.body_mut() {
+            Either::Left(body) => body.on_end(completion),
+            Either::Right(body) => {
+                let length = hyper::body::Body::size_hint(body).exact().unwrap_or(0);
+                completion.finish(length);
+            }
+        }
     }
 
     /// The phases from route to response filters.
@@ -245,9 +316,12 @@ impl Proxy {
         let Answer {
             mut response,
             in_flight,
+            attempts,
             endpoint,
             checkin,
         } = answer;
+        context.upstream_status = Some(response.status());
+        context.attempts = attempts;
         let switched = match client_upgrade {
             Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 let protocol = response.headers().get(http::header::UPGRADE).cloned();
@@ -272,6 +346,15 @@ impl Proxy {
         let body = TrackedBody::new(body, in_flight, idle, checkin);
         Response::from_parts(head, Either::Left(body))
     }
+}
+
+/// What the log phase needs from the start of a request.
+struct Measure {
+    started: Instant,
+    method: &'static str,
+    request_bytes: u64,
+    /// The access-log line, begun from the request head when the access log is on.
+    record: Option<AccessRecord>,
 }
 
 /// The route phase: 421 when the request's host has a TLS site whose terms differ from the

@@ -1,15 +1,15 @@
-//! The data plane's runtime state in one place: per-endpoint connections and health, per-backend retry budgets, and counters.
+//! The data plane's runtime state in one place: per-endpoint connections and health, per-backend retry budgets, and metrics.
 
 use std::sync::{Arc, OnceLock, RwLock};
 
 use hashbrown::{HashMap, HashSet};
-use prometheus_client::metrics::counter::Counter;
 use sluice_routing::{Backend, BackendId, Condition, Endpoint, EndpointSet, RoutingTable};
 
 use crate::balance::HashRing;
 use crate::budget::RetryBudget;
 use crate::health::EndpointStats;
 use crate::pool::ConnectionPool;
+use crate::telemetry::ProxyMetrics;
 
 /// One endpoint's connections and what the proxy learnt about it.
 #[derive(Default)]
@@ -36,20 +36,17 @@ impl SetRuntime {
     }
 }
 
-/// Counters of the data plane; the metrics registry holds clones that share the same values.
-#[derive(Debug, Default)]
-pub struct ProxyCounters {
-    /// Attempts made after a request's first.
-    pub retries: Counter,
-    /// Retries refused because the backend's retry budget was spent.
-    pub retries_over_budget: Counter,
-    /// Endpoints ejected after consecutive failed connects.
-    pub ejections: Counter,
-    /// Requests sent to the ClusterIP fallback.
-    pub fallbacks: Counter,
-    /// Requests sent again on a new connection to the same endpoint because a pooled
-    /// keep-alive connection failed before any byte of the response (the endpoint closed it).
-    pub stale_connection_resends: Counter,
+/// One endpoint as the proxy sees it, for the admin API and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EndpointReport {
+    pub in_flight: u32,
+    /// The peak-EWMA time to response headers; `None` before the first response.
+    pub latency: Option<std::time::Duration>,
+    /// Attempts sent, and those that failed or answered 5xx.
+    pub attempts: u64,
+    pub failures: u64,
+    /// Out of rotation after failed connects.
+    pub ejected: bool,
 }
 
 /// Runtime state keyed by endpoint address and backend id. Entries appear on first use and
@@ -60,12 +57,30 @@ pub struct ProxyCounters {
 pub struct Runtime {
     endpoints: RwLock<HashMap<Endpoint, Arc<EndpointRuntime>>>,
     budgets: RwLock<HashMap<BackendId, Arc<RetryBudget>>>,
-    pub(crate) counters: ProxyCounters,
+    pub(crate) metrics: ProxyMetrics,
 }
 
 impl Runtime {
-    pub fn counters(&self) -> &ProxyCounters {
-        &self.counters
+    /// The data plane's metrics, to register and read.
+    pub fn metrics(&self) -> &ProxyMetrics {
+        &self.metrics
+    }
+
+    /// What the proxy has learnt about `endpoint` from its traffic (nothing yet when no
+    /// request has used it).
+    pub fn endpoint_report(&self, endpoint: &Endpoint) -> EndpointReport {
+        let Some(runtime) = self.existing(endpoint) else {
+            return EndpointReport::default();
+        };
+        let stats = &runtime.stats;
+        let (attempts, failures) = stats.outcomes();
+        EndpointReport {
+            in_flight: stats.in_flight(),
+            latency: stats.latency(),
+            attempts,
+            failures,
+            ejected: stats.is_ejected(),
+        }
     }
 
     pub(crate) fn endpoint(&self, endpoint: &Endpoint) -> Arc<EndpointRuntime> {

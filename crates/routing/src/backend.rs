@@ -25,6 +25,15 @@ impl BackendId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Namespace, Service and port, as given to [`Self::new`] (without a mode suffix such as
+    /// `/service-upstream`).
+    pub fn parts(&self) -> (&str, &str, &str) {
+        let (namespace, rest) = self.0.split_once('/').unwrap_or(("", &self.0));
+        let (service, port) = rest.rsplit_once(':').unwrap_or((rest, ""));
+        let port = port.split_once('/').map_or(port, |(port, _mode)| port);
+        (namespace, service, port)
+    }
 }
 
 impl fmt::Display for BackendId {

@@ -6,6 +6,7 @@ use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 use std::sync::Arc;
 
+use crate::attached::Attached;
 use crate::backend::{Backend, BackendId};
 use crate::host::{wildcard_suffix, HostMatch};
 use crate::path::PathMatch;
@@ -25,13 +26,27 @@ pub struct Route {
     pub ingress: Arc<str>,
     /// How requests use the backend (shared by the routes of one Ingress and Service).
     pub policy: Arc<RoutePolicy>,
+    /// The data plane's handles for this route's metrics, resolved on first use.
+    pub telemetry: Attached,
 }
 
-/// What a lookup finds: the backend and the policy of the route that led to it.
+/// What a lookup finds: the backend and the policy of the route that led to it, with the
+/// route's Ingress and its slot for metric handles.
 #[derive(Clone, Copy, Debug)]
 pub struct Target<'t> {
     pub backend: &'t Backend,
     pub policy: &'t RoutePolicy,
+    /// `namespace/name` of the Ingress, empty for the default backend of none.
+    pub ingress: &'t str,
+    pub telemetry: &'t Attached,
+}
+
+/// The default backend: where it is, its policy and its metric handles' slot.
+#[derive(Debug, PartialEq)]
+struct DefaultBackend {
+    index: BackendIndex,
+    policy: Arc<RoutePolicy>,
+    telemetry: Attached,
 }
 
 /// Routes for one host, kept in precedence order (see [`PathMatch`]'s `Ord`).
@@ -58,7 +73,7 @@ pub struct RoutingTable {
     exact_hosts: HashMap<Arc<str>, PathRoutes>,
     wildcard_hosts: HashMap<Arc<str>, PathRoutes>,
     any_host: PathRoutes,
-    default_backend: Option<(BackendIndex, Arc<RoutePolicy>)>,
+    default_backend: Option<DefaultBackend>,
     /// Backends in the order the compiler added them (deterministic for a given snapshot).
     backends: Vec<Backend>,
     /// Where each backend id sits in `backends`.
@@ -91,14 +106,21 @@ impl RoutingTable {
                 self.wildcard_hosts.get(suffix)?.find(path)
             })
             .or_else(|| self.any_host.find(path));
-        let (index, policy) = match route {
-            Some(route) => (route.backend, &route.policy),
-            None => self.default_backend.as_ref().map(|(i, p)| (*i, p))?,
+        let target = |index: BackendIndex, policy, ingress, telemetry| {
+            Some(Target {
+                backend: self.backends.get(index.0)?,
+                policy,
+                ingress,
+                telemetry,
+            })
         };
-        Some(Target {
-            backend: self.backends.get(index.0)?,
-            policy,
-        })
+        match route {
+            Some(route) => target(route.backend, &route.policy, &route.ingress, &route.telemetry),
+            None => {
+                let default = self.default_backend.as_ref()?;
+                target(default.index, &default.policy, "", &default.telemetry)
+            }
+        }
     }
 
     /// Every backend, in the order the compiler added them.
@@ -119,7 +141,7 @@ impl RoutingTable {
     pub fn default_backend(&self) -> Option<&Backend> {
         self.default_backend
             .as_ref()
-            .and_then(|(index, _)| self.backend(*index))
+            .and_then(|default| self.backend(default.index))
     }
 
     /// Every host with its routes in precedence order, sorted by host for stable output.
@@ -221,7 +243,13 @@ impl TableBuilder {
         let mut table = RoutingTable {
             default_backend: self
                 .default_backend
-                .and_then(|(id, policy)| Some((*index_of.get(&id)?, policy))),
+                .and_then(|(id, policy)| {
+                    Some(DefaultBackend {
+                        index: *index_of.get(&id)?,
+                        policy,
+                        telemetry: Attached::default(),
+                    })
+                }),
             tls,
             ..RoutingTable::default()
         };
@@ -239,6 +267,7 @@ impl TableBuilder {
                 backend,
                 ingress,
                 policy,
+                telemetry: Attached::default(),
             });
         }
         let all_routes = table

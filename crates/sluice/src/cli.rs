@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use sluice_config::annotations::parse_size;
 use sluice_config::{CompileOptions, ObjectKey};
-use sluice_proxy::{ListenerOptions, ProxyOptions, TrustedProxies};
+use sluice_proxy::{AccessLogFormat, ListenerMetrics, ListenerOptions, ProxyOptions, TrustedProxies};
 
 use sluice_sources::kubernetes::PublishTarget;
 
@@ -23,6 +23,8 @@ use crate::serve::{ServeConfig, SourceConfig};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -180,6 +182,52 @@ impl ProxyArgs {
             max_headers: self.max_headers,
             max_concurrent_streams: self.max_concurrent_streams,
             grace_period,
+            metrics: ListenerMetrics::default(),
+        }
+    }
+}
+
+/// What sluice lets operators see: metrics, the access log, and who may use the admin API.
+#[derive(Debug, Clone, Args)]
+pub struct ObserveArgs {
+    /// Export each endpoint's in-flight requests, latency and outcomes under its pod address
+    /// (one series per pod: mind the cardinality).
+    #[arg(long)]
+    pub metrics_per_endpoint: bool,
+    /// One line per request: off, json, or nginx's combined format with sluice's fields
+    /// appended.
+    #[arg(long, default_value = "off", value_parser = parse_access_log, value_name = "off|json|combined")]
+    pub access_log: AccessLogChoice,
+    /// Write the access log to this file (appending) instead of stdout.
+    #[arg(long, value_name = "PATH")]
+    pub access_log_file: Option<PathBuf>,
+    /// Require `Authorization: Bearer TOKEN` on every admin request but /healthz and /readyz.
+    #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub admin_token: Option<String>,
+}
+
+/// `--access-log`: a format, or `None` for `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessLogChoice(pub Option<AccessLogFormat>);
+
+fn parse_access_log(text: &str) -> Result<AccessLogChoice, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "off" => Ok(AccessLogChoice(None)),
+        "json" => Ok(AccessLogChoice(Some(AccessLogFormat::Json))),
+        "combined" => Ok(AccessLogChoice(Some(AccessLogFormat::Combined))),
+        _ => Err(format!("{text:?} is not one of off, json, combined")),
+    }
+}
+
+impl ObserveArgs {
+    pub fn observe_config(&self) -> crate::serve::ObserveConfig {
+        crate::serve::ObserveConfig {
+            per_endpoint: self.metrics_per_endpoint,
+            access_log: self
+                .access_log
+                .0
+                .map(|format| (format, self.access_log_file.clone())),
+            admin_token: self.admin_token.clone().filter(|token| !token.is_empty()),
         }
     }
 }
@@ -201,7 +249,8 @@ pub struct ServeArgs {
     /// Address of the TLS listener (HTTPS, HTTP/2 by ALPN, passthrough), or "off".
     #[arg(long, default_value = "0.0.0.0:8443", value_parser = parse_listen_tls, value_name = "ADDR|off")]
     pub listen_tls: ListenTls,
-    /// Address of the admin listener (/healthz, /readyz, /metrics, /api/routes, /api/status).
+    /// Address of the admin listener: the dashboard (/), /healthz, /readyz, /metrics and the
+    /// JSON API (/api/routes, /api/backends, /api/status, /api/diagnostics).
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
     pub admin: SocketAddr,
     #[command(flatten)]
@@ -210,6 +259,8 @@ pub struct ServeArgs {
     pub tls: TlsArgs,
     #[command(flatten)]
     pub proxy: ProxyArgs,
+    #[command(flatten)]
+    pub observe: ObserveArgs,
     /// On SIGTERM, how long /readyz answers 503 while sluice keeps serving, so load balancers
     /// stop sending before the listener closes.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, value_name = "DURATION")]
@@ -332,6 +383,7 @@ impl ServeArgs {
             proxy,
             listen_tls: self.listen_tls.0,
             listener: self.proxy.listener_options(self.grace_period),
+            observe: self.observe.observe_config(),
             shutdown_delay: self.shutdown_delay,
             grace_period: self.grace_period,
             source,
@@ -370,11 +422,13 @@ pub struct DemoArgs {
     /// The demo's TLS listener (secure.demo with a certificate from a throwaway CA), or "off".
     #[arg(long, default_value = "127.0.0.1:8443", value_parser = parse_listen_tls, value_name = "ADDR|off")]
     pub listen_tls: ListenTls,
-    /// Address of the demo's admin listener.
+    /// Address of the demo's admin listener (the dashboard is at its root).
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
     pub admin: SocketAddr,
     #[command(flatten)]
     pub proxy: ProxyArgs,
+    #[command(flatten)]
+    pub observe: ObserveArgs,
 }
 
 #[cfg(test)]

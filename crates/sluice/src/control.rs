@@ -53,6 +53,32 @@ pub struct Activity {
     pub last_compile: Option<Timing>,
     pub last_propagation: Option<Propagation>,
     pub propagations: u64,
+    /// Median and 99th percentile of the last [`RECENT_PROPAGATIONS`] propagations.
+    pub propagation_p50_seconds: Option<f64>,
+    pub propagation_p99_seconds: Option<f64>,
+    /// The latest propagations, newest last.
+    #[serde(skip)]
+    recent: std::collections::VecDeque<f64>,
+}
+
+/// How many propagations the percentiles in [`Activity`] cover.
+pub const RECENT_PROPAGATIONS: usize = 1024;
+
+impl Activity {
+    fn add_propagation(&mut self, seconds: f64) {
+        if self.recent.len() == RECENT_PROPAGATIONS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(seconds);
+        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let at = |quantile: f64| {
+            let index = ((sorted.len() as f64 - 1.0) * quantile).round() as usize;
+            sorted.get(index).copied()
+        };
+        self.propagation_p50_seconds = at(0.5);
+        self.propagation_p99_seconds = at(0.99);
+    }
 }
 
 /// What a publish tells the source loop for the fast endpoint path and status writes.
@@ -80,15 +106,14 @@ pub struct ControlPlane {
 impl ControlPlane {
     pub fn new(options: CompileOptions) -> Arc<Self> {
         let table = TableHandle::default();
-        let metrics = Arc::new(Metrics::new(table.runtime().counters()));
-        Arc::new(Self {
+        Arc::new_cyclic(|control| Self {
+            metrics: Arc::new(Metrics::new(table.runtime().metrics(), control.clone())),
             table,
             compiler: Mutex::new(IncrementalCompiler::new(options)),
             status: ArcSwap::from_pointee(Status::default()),
             generation: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
-            metrics,
             activity: Mutex::new(Activity::default()),
             watches: OnceLock::new(),
         })
@@ -208,6 +233,7 @@ impl ControlPlane {
                 backends,
             });
             activity.propagations += 1;
+            activity.add_propagation(seconds);
         });
     }
 

@@ -81,6 +81,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             ..args.proxy.proxy_options()
         },
         listener: args.proxy.listener_options(Duration::from_secs(2)),
+        observe: args.observe.observe_config(),
         shutdown_delay: Duration::ZERO,
         grace_period: Duration::from_secs(2),
     };

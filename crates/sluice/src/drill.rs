@@ -32,7 +32,7 @@ pub async fn run(options: DrillOptions) -> anyhow::Result<bool> {
     })
     .await?;
     let retried = retries.get().map_or(0, |control: &Arc<ControlPlane>| {
-        control.table().runtime().counters().retries.get()
+        control.table().runtime().metrics().retries()
     });
     let report = report.with_retries(retried);
     print_report(&report, options.json);

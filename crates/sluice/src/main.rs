@@ -7,6 +7,7 @@ mod control;
 mod demo;
 mod drill;
 mod kube_source;
+mod logging;
 mod metrics;
 mod serve;
 
@@ -22,7 +23,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    logging::init(&cli.log);
     raise_file_limit();
     if let Command::Drill(options) = &cli.command {
         // A drill with a kernel-DNAT ClusterIP runs in a network namespace of its own.
@@ -109,16 +110,4 @@ fn raise_file_limit() {
         ),
         Err(error) => tracing::warn!(%error, limit = soft, "cannot raise the open files limit"),
     }
-}
-
-/// Logs to stderr; `RUST_LOG` overrides the default level (info).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .init();
 }

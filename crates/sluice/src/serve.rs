@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use sluice_config::CompileOptions;
 use sluice_proxy::{
-    serve, serve_tls, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal, TlsTerminator,
+    serve, serve_tls, AccessLog, AccessLogFormat, ListenerOptions, Proxy, ProxyOptions,
+    ShutdownSignal, TlsTerminator, DEFAULT_ACCESS_LOG_QUEUE,
 };
 use sluice_sources::{watch_dir, DirChanges, ManifestDir};
 use tokio::net::TcpListener;
@@ -38,10 +39,23 @@ pub struct ServeConfig {
     pub proxy: ProxyOptions,
     /// The proxy listener's protocol options and client limits.
     pub listener: ListenerOptions,
+    /// Metrics, access log and admin access.
+    pub observe: ObserveConfig,
     /// On SIGTERM: how long to keep serving with /readyz failing.
     pub shutdown_delay: Duration,
     /// Then: how long requests in flight may finish.
     pub grace_period: Duration,
+}
+
+/// What sluice lets operators see, and who may look.
+#[derive(Debug, Clone, Default)]
+pub struct ObserveConfig {
+    /// `--metrics-per-endpoint`
+    pub per_endpoint: bool,
+    /// `--access-log` and `--access-log-file` (stdout when `None`); `None` when off.
+    pub access_log: Option<(AccessLogFormat, Option<PathBuf>)>,
+    /// `--admin-token`
+    pub admin_token: Option<String>,
 }
 
 /// A started source, ready to loop.
@@ -115,7 +129,13 @@ impl Server {
             admin_listener,
         } = self;
         tracing::info!(listen = %config.listen, listen_tls = ?config.listen_tls, admin = %config.admin, "sluice is serving");
-        let proxy = Arc::new(Proxy::new(control.table().clone(), &config.proxy));
+        let metrics = control.metrics();
+        metrics.export_per_endpoint(config.observe.per_endpoint);
+        let mut proxy = Proxy::new(control.table().clone(), &config.proxy);
+        if let Some((format, file)) = &config.observe.access_log {
+            proxy = proxy.with_access_log(start_access_log(*format, file.as_deref(), metrics)?);
+        }
+        let proxy = Arc::new(proxy);
         proxy.watch_shutdown(shutdown.clone(), config.grace_period);
         // One handler for both proxy listeners (a closure holding the proxy is Clone).
         let handler_proxy = proxy.clone();
@@ -130,19 +150,28 @@ impl Server {
                     listener,
                     proxy_handler.clone(),
                     shutdown.clone(),
-                    config.listener.clone(),
+                    ListenerOptions {
+                        metrics: metrics.connections.listener("https"),
+                        ..config.listener.clone()
+                    },
                     Arc::new(terminator),
                 )))
             }
             None => None,
         };
-        let admin_control = control.clone();
-        let admin_handler = move |request, _client| admin::handle(admin_control.clone(), request);
+        let admin = Arc::new(admin::Admin::new(
+            control.clone(),
+            config.observe.admin_token.clone(),
+        ));
+        let admin_handler = move |request, _client| admin.clone().handle(request);
         let proxy_task = tokio::spawn(serve(
             proxy_listener,
             proxy_handler,
             shutdown.clone(),
-            config.listener.clone(),
+            ListenerOptions {
+                metrics: metrics.connections.listener("http"),
+                ..config.listener.clone()
+            },
         ));
         let admin_options = ListenerOptions {
             grace_period: config.grace_period,
@@ -190,6 +219,31 @@ fn tls_terminator(control: &ControlPlane, config: &ServeConfig) -> anyhow::Resul
         None => tracing::info!("no --default-certificate: handshakes that name no TLS host get a self-signed certificate generated at start"),
     }
     Ok(terminator)
+}
+
+/// Starts the access log's writer, to `file` (appended) or stdout.
+fn start_access_log(
+    format: AccessLogFormat,
+    file: Option<&std::path::Path>,
+    metrics: &crate::metrics::Metrics,
+) -> anyhow::Result<Arc<AccessLog>> {
+    let output: Box<dyn std::io::Write + Send> = match file {
+        Some(path) => Box::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open {} (--access-log-file)", path.display()))?,
+        ),
+        None => Box::new(std::io::stdout()),
+    };
+    AccessLog::start(
+        format,
+        output,
+        DEFAULT_ACCESS_LOG_QUEUE,
+        metrics.access_log_dropped.clone(),
+    )
+    .context("cannot start the access log writer")
 }
 
 /// Runs `sluice serve` to completion.

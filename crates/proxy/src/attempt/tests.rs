@@ -150,7 +150,7 @@ async fn a_trial_refused_by_the_retry_budget_releases_its_claim() {
         setup.get("/__testkit/status/503", Some(&busy)).await,
         Ok(503)
     );
-    assert_eq!(setup.runtime.counters.retries_over_budget.get(), 1);
+    assert_eq!(setup.runtime.metrics.retry_budget_exhausted.get(), 1);
     assert_eq!(
         setup.admission(&ejected),
         "trial due",
@@ -168,7 +168,7 @@ async fn a_trial_that_fails_after_sending_ejects_the_endpoint_again() {
 
     let _ = setup.get("/__testkit/reset", Some(&a)).await;
     assert_eq!(setup.admission(&a), "ejected");
-    assert_eq!(setup.runtime.counters.ejections.get(), 1);
+    assert_eq!(setup.runtime.metrics.ejections(), 1);
 }
 
 #[tokio::test]
@@ -231,7 +231,7 @@ async fn an_endpoint_waiting_for_its_trial_counts_against_the_ejection_cap() {
         let _ = setup.get("/", Some(&dead)).await;
     }
     assert!(!setup.runtime.endpoint(&dead).stats.is_ejected());
-    assert_eq!(setup.runtime.counters.ejections.get(), 0);
+    assert_eq!(setup.runtime.metrics.ejections(), 0);
 }
 
 /// A listener whose accept queue is full, so a new connect to it neither completes nor is
@@ -281,7 +281,7 @@ async fn a_connect_that_times_out_counts_as_a_try_and_a_refused_one_does_not() {
     let answer = setup.send("/", None, settings).await;
     assert_eq!(answer, Err("upstream connect timed out".to_owned()));
     assert_eq!(
-        setup.runtime.counters.retries.get(),
+        setup.runtime.metrics.retries(),
         2,
         "three tries in all, not one per endpoint"
     );
@@ -291,7 +291,7 @@ async fn a_connect_that_times_out_counts_as_a_try_and_a_refused_one_does_not() {
     let answer = setup.get("/", None).await;
     assert_eq!(answer, Err("upstream connect failed".to_owned()));
     assert_eq!(
-        setup.runtime.counters.retries.get(),
+        setup.runtime.metrics.retries(),
         3,
         "a refused connect costs nothing: every endpoint is tried"
     );

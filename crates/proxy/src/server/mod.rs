@@ -33,6 +33,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
+use crate::telemetry::{ListenerMetrics, OpenConnection};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -145,6 +146,8 @@ pub struct ListenerOptions {
     pub max_concurrent_streams: u32,
     /// When stopping, how long requests in flight may finish.
     pub grace_period: Duration,
+    /// Where the listener counts its connections and handshakes.
+    pub metrics: ListenerMetrics,
 }
 
 impl Default for ListenerOptions {
@@ -158,6 +161,7 @@ impl Default for ListenerOptions {
             max_headers: DEFAULT_MAX_HEADERS,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             grace_period: Duration::from_secs(30),
+            metrics: ListenerMetrics::default(),
         }
     }
 }
@@ -352,14 +356,28 @@ async fn serve_connection<H: Handler>(
         return;
     };
     let handshake = tls.handshake(Rewound::new(stream, prefix));
+    let metrics = &options.metrics;
     match tokio::time::timeout(options.client_header_timeout, handshake).await {
         Ok(Ok(Handshake::Terminated(stream, session))) => {
+            metrics.handshakes_succeeded.inc();
             info.tls = Some(session);
             serve_http(stream, Bytes::new(), info, &listener).await;
         }
-        Ok(Ok(Handshake::PassedThrough)) => {}
-        Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+        Ok(Ok(Handshake::Passthrough(passthrough))) => {
+            metrics.passthrough.inc();
+            if let Err(error) = tls.splice(passthrough).await {
+                tracing::debug!(%peer, %error, "passthrough connection failed");
+            }
+            metrics.passthrough.dec();
+        }
+        Ok(Err(error)) => {
+            metrics.handshakes_failed.inc();
+            tracing::debug!(%peer, %error, "TLS handshake failed");
+        }
+        Err(_) => {
+            metrics.handshakes_timed_out.inc();
+            tracing::debug!(%peer, "TLS handshake timed out");
+        }
     }
 }
 
@@ -379,7 +397,9 @@ async fn serve_http<H: Handler, S>(
     let io = ClientIo::new(stream, prefix, options.max_header_bytes, activity.clone());
     let handler = listener.handler.clone();
     let requests = activity.clone();
-    let service = service_fn(move |request| {
+    let open = Arc::new(OpenConnection::new(&options.metrics));
+    let service = service_fn(move |request: Request<Incoming>| {
+        open.request(request.version());
         respond(
             request,
             handler.clone(),

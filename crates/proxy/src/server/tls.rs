@@ -1,5 +1,6 @@
 //! The TLS listener's handshake: the ClientHello's SNI picks a site from the published table (its certificate and client-certificate rule), a passthrough host is spliced unterminated, and everything else gets the default certificate.
 
+use bytes::Bytes;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,7 +10,7 @@ use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{Acceptor, ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ProtocolVersion, ServerConfig};
-use sluice_routing::{Backend, Certificate, RoutingTable, TlsSite};
+use sluice_routing::{Certificate, RoutingTable, TlsSite};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
@@ -62,8 +63,18 @@ impl TlsInfo {
 pub(crate) enum Handshake {
     /// Terminated here: serve HTTP over the stream.
     Terminated(Box<TlsStream<Rewound<TcpStream>>>, Arc<TlsInfo>),
-    /// A passthrough host: the connection was spliced to a backend and has ended.
-    PassedThrough,
+    /// A passthrough host: the connection is to be spliced to the host's backend, replaying
+    /// what was read.
+    Passthrough(Passthrough),
+}
+
+/// A connection for a passthrough host, its ClientHello read but not answered.
+pub(crate) struct Passthrough {
+    socket: TcpStream,
+    hello: Vec<u8>,
+    unread: Bytes,
+    table: Arc<RoutingTable>,
+    host: Box<str>,
 }
 
 /// Builds the server configuration of each site on first use, and keeps the default one.
@@ -126,10 +137,16 @@ impl TlsTerminator {
             .client_hello()
             .server_name()
             .map(|name| name.to_ascii_lowercase().into_boxed_str());
-        if let Some((backend, _)) = sni.as_deref().and_then(|name| table.passthrough(name)) {
+        if let Some(host) = sni.as_ref().filter(|name| table.passthrough(name).is_some()) {
+            let host = host.clone();
             let (socket, hello, unread) = start.io.into_parts();
-            self.splice(socket, &[&hello, &unread], backend).await?;
-            return Ok(Handshake::PassedThrough);
+            return Ok(Handshake::Passthrough(Passthrough {
+                socket,
+                hello,
+                unread,
+                table,
+                host,
+            }));
         }
         start.io.stop_recording();
         let site = sni
@@ -242,15 +259,22 @@ impl TlsTerminator {
         })
     }
 
-    /// Connects to the backend's endpoints in rotation until one answers, replays what was
-    /// read (the ClientHello, and any bytes after a PROXY header not read yet), and copies bytes
-    /// both ways until either side closes.
-    async fn splice(
-        &self,
-        mut client: TcpStream,
-        replay: &[&[u8]],
-        backend: &Backend,
-    ) -> io::Result<()> {
+    /// Connects to the passthrough host's endpoints in rotation until one answers, replays
+    /// what was read (the ClientHello, and any bytes after a PROXY header not read yet), and
+    /// copies bytes both ways until either side closes. No timeout but the connect's: the
+    /// connection lives as long as its two ends want.
+    pub(crate) async fn splice(&self, passthrough: Passthrough) -> io::Result<()> {
+        let Passthrough {
+            socket: mut client,
+            hello,
+            unread,
+            table,
+            host,
+        } = passthrough;
+        let Some((backend, _)) = table.passthrough(&host) else {
+            return Err(io::Error::other("the passthrough host is gone"));
+        };
+        let replay: [&[u8]; 2] = [&hello, &unread];
         let set = backend.endpoints().load();
         let eligible = set.eligible();
         if eligible.is_empty() {

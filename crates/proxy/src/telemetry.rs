@@ -1,0 +1,520 @@
+//! The data plane's metrics: families registered once, and per-route handles resolved on a route's first request and kept on the published route, so recording a request allocates nothing.
+
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use http::{Method, StatusCode, Version};
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use sluice_routing::Target;
+
+/// `namespace`, `ingress`, `service` and `port` of one route's series. Hashing uses a digest
+/// computed once, so a lookup hashes eight bytes, not four strings.
+#[derive(Debug, Eq)]
+pub(crate) struct RouteLabels {
+    namespace: Box<str>,
+    ingress: Box<str>,
+    service: Box<str>,
+    port: Box<str>,
+    digest: u64,
+}
+
+impl RouteLabels {
+    fn new(namespace: &str, ingress: &str, service: &str, port: &str) -> Self {
+        let mut hasher = std::hash::DefaultHasher::new();
+        (namespace, ingress, service, port).hash(&mut hasher);
+        Self {
+            namespace: namespace.into(),
+            ingress: ingress.into(),
+            service: service.into(),
+            port: port.into(),
+            digest: hasher.finish(),
+        }
+    }
+
+    fn of(target: &Target<'_>) -> Self {
+        let (namespace, ingress) = target.ingress.split_once('/').unwrap_or(("", ""));
+        let (backend_namespace, service, port) = target.backend.id().parts();
+        let namespace = if namespace.is_empty() {
+            backend_namespace
+        } else {
+            namespace
+        };
+        Self::new(namespace, ingress, service, port)
+    }
+
+    fn encode_into(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        [
+            ("namespace", &*self.namespace),
+            ("ingress", &*self.ingress),
+            ("service", &*self.service),
+            ("port", &*self.port),
+        ]
+        .encode(encoder)
+    }
+}
+
+impl PartialEq for RouteLabels {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest
+            && self.namespace == other.namespace
+            && self.ingress == other.ingress
+            && self.service == other.service
+            && self.port == other.port
+    }
+}
+
+impl Hash for RouteLabels {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.digest);
+    }
+}
+
+/// A route's labels, shared by its series.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RouteKey(Arc<RouteLabels>);
+
+impl EncodeLabelSet for RouteKey {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode_into(encoder)
+    }
+}
+
+/// A route's labels plus the request's method and status code.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RequestKey {
+    route: Arc<RouteLabels>,
+    method: &'static str,
+    code: u16,
+}
+
+impl EncodeLabelSet for RequestKey {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        self.route.encode_into(encoder)?;
+        [("method", self.method)].encode(encoder)?;
+        [("code", self.code)].encode(encoder)
+    }
+}
+
+/// The method as a label: the standard ones by name, any other as `other`, so a client cannot
+/// create series at will.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
+}
+
+/// Builds histograms with a family's buckets.
+#[derive(Clone, Copy, Debug)]
+struct Buckets {
+    start: f64,
+    factor: f64,
+    count: u16,
+}
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(exponential_buckets(self.start, self.factor, self.count))
+    }
+}
+
+/// 1 ms to about 65 s, doubling.
+const DURATION_BUCKETS: Buckets = Buckets {
+    start: 0.001,
+    factor: 2.0,
+    count: 17,
+};
+/// 64 bytes to 64 MiB, times four.
+const SIZE_BUCKETS: Buckets = Buckets {
+    start: 64.0,
+    factor: 4.0,
+    count: 11,
+};
+
+/// Why a retry was made: how the attempt before it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RetryReason {
+    ConnectError,
+    ConnectTimeout,
+    UpstreamError,
+    Timeout,
+    Status,
+}
+
+impl RetryReason {
+    fn label(self) -> &'static str {
+        match self {
+            Self::ConnectError => "connect_error",
+            Self::ConnectTimeout => "connect_timeout",
+            Self::UpstreamError => "upstream_error",
+            Self::Timeout => "timeout",
+            Self::Status => "status",
+        }
+    }
+}
+
+/// Every data-plane metric. Cloned families and counters share their values, so the registry
+/// holds clones and the proxy records into these.
+#[derive(Debug)]
+pub struct ProxyMetrics {
+    requests: Family<RequestKey, Counter>,
+    duration: Family<RouteKey, Histogram, Buckets>,
+    request_size: Family<RouteKey, Histogram, Buckets>,
+    response_size: Family<RouteKey, Histogram, Buckets>,
+    upstream_connect: Histogram,
+    connect_errors: Family<Fixed<1>, Counter>,
+    pub(crate) reused_connections: Counter,
+    retries: Family<Fixed<1>, Counter>,
+    /// Every retry, whatever its reason (not exported: the family's sum).
+    retries_total: Counter,
+    pub(crate) retry_budget_exhausted: Counter,
+    pub(crate) ejections: Counter,
+    pub(crate) fallbacks: Counter,
+    pub(crate) stale_connection_resends: Counter,
+    /// Requests that matched no route.
+    unrouted: LazyLock<Arc<RouteLabels>>,
+    /// Every request answered, and those answered 5xx (not exported: the family's sums, for
+    /// the admin API).
+    answered: Counter,
+    server_errors: Counter,
+}
+
+impl Default for ProxyMetrics {
+    fn default() -> Self {
+        Self {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(DURATION_BUCKETS),
+            request_size: Family::new_with_constructor(SIZE_BUCKETS),
+            response_size: Family::new_with_constructor(SIZE_BUCKETS),
+            // 100 µs to about 3 s, doubling.
+            upstream_connect: Histogram::new(exponential_buckets(0.000_1, 2.0, 15)),
+            connect_errors: Family::default(),
+            reused_connections: Counter::default(),
+            retries: Family::default(),
+            retries_total: Counter::default(),
+            retry_budget_exhausted: Counter::default(),
+            ejections: Counter::default(),
+            fallbacks: Counter::default(),
+            stale_connection_resends: Counter::default(),
+            unrouted: LazyLock::new(|| Arc::new(RouteLabels::new("", "", "", ""))),
+            answered: Counter::default(),
+            server_errors: Counter::default(),
+        }
+    }
+}
+
+impl ProxyMetrics {
+    /// Registers every family in `registry` (which should carry the `sluice` prefix).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "requests",
+            "Requests answered, by route, method and status code (routes are namespace, ingress, service and port; empty for requests that matched no route)",
+            self.requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Seconds from a request's head to the last byte of its response",
+            self.duration.clone(),
+        );
+        registry.register(
+            "request_size_bytes",
+            "Request body bytes, as declared by Content-Length",
+            self.request_size.clone(),
+        );
+        registry.register(
+            "response_size_bytes",
+            "Response body bytes sent to the client",
+            self.response_size.clone(),
+        );
+        registry.register(
+            "upstream_connect_seconds",
+            "Seconds a new upstream connection took to open (TCP, and TLS when the route uses it)",
+            self.upstream_connect.clone(),
+        );
+        registry.register(
+            "upstream_connect_errors",
+            "Upstream connects that failed, by reason (refused, timeout, reset, unreachable, tls, other)",
+            self.connect_errors.clone(),
+        );
+        registry.register(
+            "upstream_reused_connections",
+            "Attempts sent on a pooled keep-alive upstream connection",
+            self.reused_connections.clone(),
+        );
+        registry.register(
+            "retries",
+            "Attempts sent to another endpoint after a failed one, by how the failed one ended",
+            self.retries.clone(),
+        );
+        registry.register(
+            "retry_budget_exhausted",
+            "Retries not made because the backend's retry budget (20% over 10 s) was spent",
+            self.retry_budget_exhausted.clone(),
+        );
+        registry.register(
+            "endpoint_ejections",
+            "Endpoints ejected after consecutive failed connects",
+            self.ejections.clone(),
+        );
+        registry.register(
+            "clusterip_fallbacks",
+            "Requests sent to a Service's ClusterIP because no endpoint attempt was left (service-upstream: fallback)",
+            self.fallbacks.clone(),
+        );
+        registry.register(
+            "upstream_stale_connection_resends",
+            "Requests sent again on a new connection because the endpoint closed a pooled keep-alive connection as the request went out",
+            self.stale_connection_resends.clone(),
+        );
+    }
+
+    /// The handles of `target`'s route, kept on the route after its first request.
+    pub(crate) fn route(&self, target: &Target<'_>) -> Arc<RouteMetrics> {
+        let attached = target
+            .telemetry
+            .get_or_attach(|| Arc::new(self.route_metrics(Arc::new(RouteLabels::of(target)))));
+        match attached {
+            Some(metrics) => metrics.clone(),
+            None => Arc::new(self.route_metrics(Arc::new(RouteLabels::of(target)))),
+        }
+    }
+
+    /// The handles for requests that matched no route (resolved per request: they are rare
+    /// and cheap to find).
+    pub(crate) fn unrouted(&self) -> Arc<RouteMetrics> {
+        Arc::new(self.route_metrics(self.unrouted.clone()))
+    }
+
+    fn route_metrics(&self, labels: Arc<RouteLabels>) -> RouteMetrics {
+        let key = RouteKey(labels.clone());
+        RouteMetrics {
+            requests: self.requests.clone(),
+            answered: self.answered.clone(),
+            server_errors: self.server_errors.clone(),
+            duration: self.duration.get_or_create_owned(&key),
+            request_size: self.request_size.get_or_create_owned(&key),
+            response_size: self.response_size.get_or_create_owned(&key),
+            labels,
+        }
+    }
+
+    pub(crate) fn connected(&self, took: Duration) {
+        self.upstream_connect.observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn connect_failed(&self, error: &crate::ProxyError) {
+        self.connect_errors
+            .get_or_create(&[("reason", connect_error_reason(error))])
+            .inc();
+    }
+
+    /// Requests answered so far, and those answered with a 5xx.
+    pub fn answered(&self) -> (u64, u64) {
+        (self.answered.get(), self.server_errors.get())
+    }
+
+    /// Retries made so far, for every reason.
+    pub fn retries(&self) -> u64 {
+        self.retries_total.get()
+    }
+
+    /// Endpoints ejected so far.
+    pub fn ejections(&self) -> u64 {
+        self.ejections.get()
+    }
+
+    pub(crate) fn retried(&self, reason: RetryReason) {
+        self.retries_total.inc();
+        self.retries
+            .get_or_create(&[("reason", reason.label())])
+            .inc();
+    }
+}
+
+/// The `reason` label of a failed connect.
+fn connect_error_reason(error: &crate::ProxyError) -> &'static str {
+    use std::io::ErrorKind;
+    match error {
+        crate::ProxyError::ConnectTimeout => "timeout",
+        crate::ProxyError::ConnectFailed(io) => match io.kind() {
+            ErrorKind::ConnectionRefused => "refused",
+            ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => "reset",
+            ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => "unreachable",
+            ErrorKind::InvalidData | ErrorKind::InvalidInput => "tls",
+            _ => "other",
+        },
+        _ => "other",
+    }
+}
+
+/// One route's metric handles: recording through them takes no lookup but the requests
+/// counter's, whose labels (method, code) vary per request and are built without allocating.
+#[derive(Debug)]
+pub(crate) struct RouteMetrics {
+    labels: Arc<RouteLabels>,
+    requests: Family<RequestKey, Counter>,
+    answered: Counter,
+    server_errors: Counter,
+    duration: Histogram,
+    request_size: Histogram,
+    response_size: Histogram,
+}
+
+/// What one answered request adds to its route's metrics.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Measured {
+    pub(crate) status: StatusCode,
+    pub(crate) request_bytes: u64,
+    pub(crate) response_bytes: u64,
+    pub(crate) duration: Duration,
+}
+
+impl RouteMetrics {
+    pub(crate) fn record(&self, method: &'static str, measured: &Measured) {
+        let key = RequestKey {
+            route: self.labels.clone(),
+            method,
+            code: measured.status.as_u16(),
+        };
+        self.requests.get_or_create(&key).inc();
+        self.answered.inc();
+        if measured.status.is_server_error() {
+            self.server_errors.inc();
+        }
+        self.duration.observe(measured.duration.as_secs_f64());
+        self.request_size.observe(measured.request_bytes as f64);
+        self.response_size.observe(measured.response_bytes as f64);
+    }
+}
+
+/// The method label of a request.
+pub(crate) fn method(method: &Method) -> &'static str {
+    method_label(method)
+}
+
+/// `HTTP/1.1` and the like, as access logs write the protocol.
+pub(crate) fn protocol(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/1.1",
+    }
+}
+
+/// Labels with fixed values (`reason`, `result`, `listener` and `protocol`).
+type Fixed<const N: usize> = [(&'static str, &'static str); N];
+
+/// Open client connections and TLS handshakes, for every listener. Registered once; each
+/// listener records through its own pre-resolved [`ListenerMetrics`].
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionMetrics {
+    open: Family<Fixed<2>, Gauge>,
+    handshakes: Family<Fixed<2>, Counter>,
+}
+
+impl ConnectionMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "open_connections",
+            "Client connections open, by listener and protocol (pending: no request yet)",
+            self.open.clone(),
+        );
+        registry.register(
+            "tls_handshakes",
+            "TLS handshakes with clients, by listener and result",
+            self.handshakes.clone(),
+        );
+    }
+
+    /// The handles of the listener called `listener` (`http`, `https`).
+    pub fn listener(&self, listener: &'static str) -> ListenerMetrics {
+        let gauge = |protocol| {
+            self.open
+                .get_or_create_owned(&[("listener", listener), ("protocol", protocol)])
+        };
+        let handshakes = |result| {
+            self.handshakes
+                .get_or_create_owned(&[("listener", listener), ("result", result)])
+        };
+        ListenerMetrics {
+            pending: gauge("pending"),
+            http1: gauge("http1"),
+            http2: gauge("http2"),
+            passthrough: gauge("passthrough"),
+            handshakes_succeeded: handshakes("success"),
+            handshakes_failed: handshakes("failure"),
+            handshakes_timed_out: handshakes("timeout"),
+        }
+    }
+}
+
+/// One listener's open connections by protocol and TLS handshakes by result.
+#[derive(Clone, Debug, Default)]
+pub struct ListenerMetrics {
+    /// Connections accepted that have not sent a request yet.
+    pub(crate) pending: Gauge,
+    pub(crate) http1: Gauge,
+    pub(crate) http2: Gauge,
+    /// TLS connections spliced to a backend unterminated.
+    pub(crate) passthrough: Gauge,
+    pub(crate) handshakes_succeeded: Counter,
+    pub(crate) handshakes_failed: Counter,
+    pub(crate) handshakes_timed_out: Counter,
+}
+
+/// Counts one connection in its listener's gauges while it lives: first as pending, then
+/// under the protocol of its first request.
+pub(crate) struct OpenConnection {
+    metrics: ListenerMetrics,
+    counted_as: std::sync::OnceLock<Gauge>,
+}
+
+impl OpenConnection {
+    pub(crate) fn new(metrics: &ListenerMetrics) -> Self {
+        metrics.pending.inc();
+        Self {
+            metrics: metrics.clone(),
+            counted_as: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A request arrived: the connection now counts under its protocol.
+    pub(crate) fn request(&self, version: Version) {
+        if self.counted_as.get().is_some() {
+            return;
+        }
+        let gauge = match version {
+            Version::HTTP_2 => &self.metrics.http2,
+            _ => &self.metrics.http1,
+        };
+        if self.counted_as.set(gauge.clone()).is_ok() {
+            gauge.inc();
+            self.metrics.pending.dec();
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        match self.counted_as.get() {
+            Some(gauge) => gauge.dec(),
+            None => self.metrics.pending.dec(),
+        };
+    }
+}
