@@ -12,7 +12,7 @@ use sluice_proxy::{AccessLogFormat, ListenerMetrics, ListenerOptions, ProxyOptio
 use sluice_sources::kubernetes::PublishTarget;
 
 use crate::kube_source::{KubeConfig, LeaderElection};
-use crate::serve::{ServeConfig, SourceConfig};
+use crate::serve::{AccessLogConfig, ServeConfig, SourceConfig};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -201,6 +201,10 @@ pub struct ObserveArgs {
     /// Write the access log to this file (appending) instead of stdout.
     #[arg(long, value_name = "PATH")]
     pub access_log_file: Option<PathBuf>,
+    /// Access-log lines held for the writer; when it falls this far behind, lines are dropped
+    /// (and counted in sluice_access_log_dropped_total) rather than delay a request.
+    #[arg(long, default_value_t = sluice_proxy::DEFAULT_ACCESS_LOG_QUEUE, value_name = "LINES")]
+    pub access_log_buffer: usize,
     /// Require `Authorization: Bearer TOKEN` on every admin request but /healthz and /readyz.
     #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub admin_token: Option<String>,
@@ -223,10 +227,11 @@ impl ObserveArgs {
     pub fn observe_config(&self) -> crate::serve::ObserveConfig {
         crate::serve::ObserveConfig {
             per_endpoint: self.metrics_per_endpoint,
-            access_log: self
-                .access_log
-                .0
-                .map(|format| (format, self.access_log_file.clone())),
+            access_log: self.access_log.0.map(|format| AccessLogConfig {
+                format,
+                file: self.access_log_file.clone(),
+                buffer: self.access_log_buffer,
+            }),
             admin_token: self.admin_token.clone().filter(|token| !token.is_empty()),
         }
     }

@@ -77,7 +77,20 @@ impl KubeSource {
     /// and any other change recompiles. Events already queued when a recompile starts are
     /// folded into it; nothing waits on a timer.
     pub async fn run(mut self, control: Arc<ControlPlane>, shutdown: ShutdownSignal) {
-        let (work, status_writer) = self.status_channel();
+        let leader = leadership(self.client.clone(), self.config.leader_election.clone());
+        let (work, status_writer) = self.status_channel(&leader);
+        let (events, events_work) = watch::channel(Vec::new());
+        let instance = self
+            .config
+            .leader_election
+            .as_ref()
+            .map_or_else(|| "sluice".to_owned(), |election| election.identity.clone());
+        let event_writer = tokio::spawn(crate::events::run_event_writer(
+            self.client.clone(),
+            instance,
+            events_work,
+            leader,
+        ));
         let mut published = Published::default();
         let stop = shutdown.wait();
         tokio::pin!(stop);
@@ -113,11 +126,17 @@ impl KubeSource {
                     control.record_propagation(received, swapped);
                 }
             }
+            if recompile {
+                let diagnostics = &control.status().diagnostics;
+                events.send_replace(crate::events::pending(self.state.snapshot(), diagnostics));
+            }
             if recompile || effect.ingress_status {
                 self.queue_status_writes(&work, &published.served);
             }
         }
         drop(work);
+        drop(events);
+        let _ = tokio::time::timeout(Duration::from_secs(2), event_writer).await;
         if let Some(writer) = status_writer {
             let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
         }
@@ -145,6 +164,7 @@ impl KubeSource {
     /// `--publish-service` or `--publish-address` is set).
     fn status_channel(
         &self,
+        leader: &watch::Receiver<bool>,
     ) -> (
         watch::Sender<Option<StatusWork>>,
         Option<tokio::task::JoinHandle<()>>,
@@ -153,11 +173,10 @@ impl KubeSource {
         if self.config.publish.is_none() {
             return (work, None);
         }
-        let leader = leadership(self.client.clone(), self.config.leader_election.clone());
         let writer = tokio::spawn(run_status_writer(
             self.client.clone(),
             work_receiver,
-            leader,
+            leader.clone(),
         ));
         (work, Some(writer))
     }
@@ -181,7 +200,7 @@ fn swap_endpoints(
     swapped
 }
 
-/// Whether this replica may write status: always without `--leader-elect`, else while it holds
+/// Whether this replica may write status and Events: always without `--leader-elect`, else while it holds
 /// the Lease. Keeps trying to join the election if the API is unreachable at first.
 fn leadership(client: Client, election: Option<LeaderElection>) -> watch::Receiver<bool> {
     let Some(election) = election else {

@@ -6,6 +6,7 @@ mod cli;
 mod control;
 mod demo;
 mod drill;
+mod events;
 mod kube_source;
 mod logging;
 mod metrics;

@@ -9,7 +9,7 @@ use anyhow::Context;
 use sluice_config::CompileOptions;
 use sluice_proxy::{
     serve, serve_tls, AccessLog, AccessLogFormat, ListenerOptions, Proxy, ProxyOptions,
-    ShutdownSignal, TlsTerminator, DEFAULT_ACCESS_LOG_QUEUE,
+    ShutdownSignal, TlsTerminator,
 };
 use sluice_sources::{watch_dir, DirChanges, ManifestDir};
 use tokio::net::TcpListener;
@@ -52,10 +52,18 @@ pub struct ServeConfig {
 pub struct ObserveConfig {
     /// `--metrics-per-endpoint`
     pub per_endpoint: bool,
-    /// `--access-log` and `--access-log-file` (stdout when `None`); `None` when off.
-    pub access_log: Option<(AccessLogFormat, Option<PathBuf>)>,
+    /// `--access-log`; `None` when off.
+    pub access_log: Option<AccessLogConfig>,
     /// `--admin-token`
     pub admin_token: Option<String>,
+}
+
+/// `--access-log`, `--access-log-file` (stdout when `None`) and `--access-log-buffer`.
+#[derive(Debug, Clone)]
+pub struct AccessLogConfig {
+    pub format: AccessLogFormat,
+    pub file: Option<PathBuf>,
+    pub buffer: usize,
 }
 
 /// A started source, ready to loop.
@@ -132,8 +140,8 @@ impl Server {
         let metrics = control.metrics();
         metrics.export_per_endpoint(config.observe.per_endpoint);
         let mut proxy = Proxy::new(control.table().clone(), &config.proxy);
-        if let Some((format, file)) = &config.observe.access_log {
-            proxy = proxy.with_access_log(start_access_log(*format, file.as_deref(), metrics)?);
+        if let Some(access_log) = &config.observe.access_log {
+            proxy = proxy.with_access_log(start_access_log(access_log, metrics)?);
         }
         let proxy = Arc::new(proxy);
         proxy.watch_shutdown(shutdown.clone(), config.grace_period);
@@ -223,11 +231,10 @@ fn tls_terminator(control: &ControlPlane, config: &ServeConfig) -> anyhow::Resul
 
 /// Starts the access log's writer, to `file` (appended) or stdout.
 fn start_access_log(
-    format: AccessLogFormat,
-    file: Option<&std::path::Path>,
+    config: &AccessLogConfig,
     metrics: &crate::metrics::Metrics,
 ) -> anyhow::Result<Arc<AccessLog>> {
-    let output: Box<dyn std::io::Write + Send> = match file {
+    let output: Box<dyn std::io::Write + Send> = match &config.file {
         Some(path) => Box::new(
             std::fs::OpenOptions::new()
                 .create(true)
@@ -238,9 +245,9 @@ fn start_access_log(
         None => Box::new(std::io::stdout()),
     };
     AccessLog::start(
-        format,
+        config.format,
         output,
-        DEFAULT_ACCESS_LOG_QUEUE,
+        config.buffer,
         metrics.access_log_dropped.clone(),
     )
     .context("cannot start the access log writer")

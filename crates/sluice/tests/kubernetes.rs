@@ -177,7 +177,7 @@ async fn scaling_endpoints_up_and_down_under_load_fails_no_request() {
     let [a, b, c] = [&pods[0], &pods[1], &pods[2]];
     let cluster = Cluster::serving_web(&[a]).await;
     let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
-    let publishes = sluice.metric("sluice_table_publishes_total").await;
+    let publishes = sluice.metric("sluice_config_publishes_total").await;
 
     let load = LoadRun::start(&sluice.url("/"), "shop.test", 4, Duration::from_secs(30));
     for pods in [
@@ -207,7 +207,7 @@ async fn scaling_endpoints_up_and_down_under_load_fails_no_request() {
         );
     }
     assert_eq!(
-        sluice.metric("sluice_table_publishes_total").await,
+        sluice.metric("sluice_config_publishes_total").await,
         publishes,
         "endpoint changes must not recompile"
     );
@@ -223,7 +223,7 @@ async fn dropped_watches_and_expired_resource_versions_fail_no_request_and_never
     let extra = pods_on_other_port("late", 121).await;
     let cluster = Cluster::serving_web(&[&pods[0]]).await;
     let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &[]).await;
-    let publishes = sluice.metric("sluice_table_publishes_total").await;
+    let publishes = sluice.metric("sluice_config_publishes_total").await;
     let propagations = sluice.status().await["propagations"].as_u64().unwrap();
 
     let load = LoadRun::start(&sluice.url("/"), "shop.test", 4, Duration::from_secs(30));
@@ -244,7 +244,7 @@ async fn dropped_watches_and_expired_resource_versions_fail_no_request_and_never
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        sluice.metric("sluice_table_publishes_total").await,
+        sluice.metric("sluice_config_publishes_total").await,
         publishes,
         "re-lists of unchanged objects must not republish"
     );
@@ -379,7 +379,7 @@ async fn ingress_status_is_written_once_and_never_loops() {
     })
     .await;
 
-    let publishes = sluice.metric("sluice_table_publishes_total").await;
+    let publishes = sluice.metric("sluice_config_publishes_total").await;
     let version = cluster.api.resource_version();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -388,7 +388,7 @@ async fn ingress_status_is_written_once_and_never_loops() {
         "sluice must stop writing once the status is right"
     );
     assert_eq!(
-        sluice.metric("sluice_table_publishes_total").await,
+        sluice.metric("sluice_config_publishes_total").await,
         publishes,
         "status writes must not republish"
     );

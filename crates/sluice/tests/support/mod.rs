@@ -184,7 +184,7 @@ impl Sluice {
         serde_json::from_str(&reply.body).unwrap()
     }
 
-    /// The value of a Prometheus counter or gauge line, e.g. `sluice_table_publishes_total`.
+    /// The value of a Prometheus counter or gauge line, e.g. `sluice_config_publishes_total`.
     pub async fn metric(&self, name: &str) -> f64 {
         let reply = get(
             &http_client(),
@@ -200,6 +200,25 @@ impl Sluice {
         line.and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no metric {name} in {}", reply.body))
+    }
+
+    /// A scrape of /metrics, parsed by a Prometheus text-format parser.
+    pub async fn scrape(&self) -> prometheus_parse::Scrape {
+        let reply = get(
+            &http_client(),
+            &format!("http://{}/metrics", self.admin),
+            "admin",
+        )
+        .await
+        .unwrap();
+        assert_eq!(reply.status, 200);
+        let lines = reply.body.lines().map(|line| Ok(line.to_owned()));
+        prometheus_parse::Scrape::parse(lines).expect("the exposition parses")
+    }
+
+    /// The sum of every series of `name` whose labels include `labels` (0 when none does).
+    pub async fn metric_sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        sum_of(&self.scrape().await, name, labels)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -450,4 +469,24 @@ pub async fn sluice_in_front_of(addr: SocketAddr, flags: &[&str]) -> (tempfile::
     write_catch_all(dir.path(), "app", &[addr]);
     let sluice = Sluice::start(dir.path(), flags).await;
     (dir, sluice)
+}
+
+/// The sum of every series of `name` in `scrape` whose labels include `labels`.
+pub fn sum_of(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|sample| sample.metric == name)
+        .filter(|sample| {
+            labels
+                .iter()
+                .all(|(key, value)| sample.labels.get(key) == Some(*value))
+        })
+        .map(|sample| match sample.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => 0.0,
+        })
+        .sum()
 }
