@@ -139,6 +139,8 @@ pub async fn run_event_writer(
     mut leader: watch::Receiver<bool>,
 ) {
     let mut written: HashMap<SeriesKey, Written> = HashMap::new();
+    // Without leader election the sender is gone from the start and the value stays.
+    let mut leadership_may_change = true;
     loop {
         if *leader.borrow_and_update() {
             let pending = work.borrow_and_update().clone();
@@ -148,7 +150,9 @@ pub async fn run_event_writer(
         }
         tokio::select! {
             changed = work.changed() => if changed.is_err() { return },
-            changed = leader.changed() => if changed.is_err() { return },
+            changed = leader.changed(), if leadership_may_change => {
+                leadership_may_change = changed.is_ok();
+            }
         }
     }
 }

@@ -512,3 +512,67 @@ async fn a_secret_created_after_its_ingress_and_then_updated_is_served_without_a
     )
     .await;
 }
+
+/// The Events on the Ingress `shop/web` that sluice wrote.
+fn events_on_web(cluster: &Cluster) -> Vec<Value> {
+    cluster
+        .api
+        .list("Event", Some("shop"))
+        .unwrap()
+        .into_iter()
+        .filter(|event| {
+            event["regarding"]["kind"] == "Ingress"
+                && event["regarding"]["name"] == "web"
+                && event["reportingController"] == "sluice.dev/ingress-controller"
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diagnostic_becomes_an_event_on_its_ingress_and_repeats_extend_its_series() {
+    let pods = pods(&["shop-1"], 130).await;
+    let cluster = Cluster::serving_web(&[&pods[0]]).await;
+    let mut web = ingress("web", "shop.test", "web");
+    web["metadata"]["annotations"] =
+        json!({"nginx.ingress.kubernetes.io/load-balance": "fastest-please"});
+    cluster.apply(web.clone());
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &["--namespace", "shop"]).await;
+    wait_until("an Event on the Ingress", Duration::from_secs(5), || async {
+        !events_on_web(&cluster).is_empty()
+    })
+    .await;
+    let events = events_on_web(&cluster);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let event = &events[0];
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "IgnoredConfiguration");
+    assert!(
+        event["note"].as_str().unwrap().contains("load-balance"),
+        "{event}"
+    );
+    assert_eq!(
+        event["regarding"]["uid"],
+        cluster.api.get("Ingress", "shop", "web").unwrap()["metadata"]["uid"]
+    );
+    assert!(event["series"].is_null());
+
+    // The same Ingress applied again with another change: the same diagnostic again.
+    web["metadata"]["labels"] = json!({"team": "shop"});
+    cluster.apply(web);
+    wait_until("the series to count 2", Duration::from_secs(5), || async {
+        events_on_web(&cluster)
+            .first()
+            .is_some_and(|event| event["series"]["count"] == 2)
+    })
+    .await;
+    assert_eq!(events_on_web(&cluster).len(), 1, "no second Event");
+    // A change elsewhere (a Service) recompiles but does not repeat the Ingress's Event.
+    let mut svc = service("web");
+    svc["metadata"]["labels"] = json!({"tier": "front"});
+    cluster.apply(svc);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let events = events_on_web(&cluster);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["series"]["count"], 2);
+    drop(sluice);
+}
