@@ -1,6 +1,7 @@
 //! Shared helpers for the end-to-end tests: run the real sluice binary on loopback, write manifests, wait for conditions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod browser;
 pub mod grpc;
 pub mod tls;
 pub mod wire;
