@@ -421,11 +421,7 @@ impl<'a> Exchange<'a> {
                         return Err(Failure::Sent(ProxyError::UpstreamFailed(error)));
                     }
                     resent_on_new_connection = true;
-                    self.settings
-                        .runtime
-                        .metrics
-                        .stale_connection_resends
-                        .inc();
+                    self.settings.runtime.metrics.stale_connection_resends.inc();
                     connection = self.connect(endpoint, runtime).await?;
                 }
                 Err(Exchanged::TimedOut(error)) => return Err(Failure::TimedOut(error)),

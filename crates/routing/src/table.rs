@@ -115,7 +115,12 @@ impl RoutingTable {
             })
         };
         match route {
-            Some(route) => target(route.backend, &route.policy, &route.ingress, &route.telemetry),
+            Some(route) => target(
+                route.backend,
+                &route.policy,
+                &route.ingress,
+                &route.telemetry,
+            ),
             None => {
                 let default = self.default_backend.as_ref()?;
                 target(default.index, &default.policy, "", &default.telemetry)
@@ -241,15 +246,13 @@ impl TableBuilder {
             }
         }
         let mut table = RoutingTable {
-            default_backend: self
-                .default_backend
-                .and_then(|(id, policy)| {
-                    Some(DefaultBackend {
-                        index: *index_of.get(&id)?,
-                        policy,
-                        telemetry: Attached::default(),
-                    })
-                }),
+            default_backend: self.default_backend.and_then(|(id, policy)| {
+                Some(DefaultBackend {
+                    index: *index_of.get(&id)?,
+                    policy,
+                    telemetry: Attached::default(),
+                })
+            }),
             tls,
             ..RoutingTable::default()
         };

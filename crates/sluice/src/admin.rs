@@ -229,7 +229,10 @@ async fn set_log_level(request: Request<Incoming>) -> Response<Full<Bytes>> {
         Err(_) => return text(StatusCode::BAD_REQUEST, "the body must be a log level\n"),
     };
     let Ok(level) = std::str::from_utf8(&body) else {
-        return text(StatusCode::BAD_REQUEST, "the log level must be UTF-8 text\n");
+        return text(
+            StatusCode::BAD_REQUEST,
+            "the log level must be UTF-8 text\n",
+        );
     };
     match crate::logging::set_level(level) {
         Ok(()) => text(StatusCode::OK, &format!("log level: {}\n", level.trim())),
@@ -346,7 +349,9 @@ fn backend_report(
         );
     }
     if mode == "fallback" {
-        notes.push("fallback: pods first; the ClusterIP only when no pod attempt is left".to_owned());
+        notes.push(
+            "fallback: pods first; the ClusterIP only when no pod attempt is left".to_owned(),
+        );
     }
     let set = backend.endpoints().load();
     let endpoints = set

@@ -7,7 +7,9 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use sluice_config::annotations::parse_size;
 use sluice_config::{CompileOptions, ObjectKey};
-use sluice_proxy::{AccessLogFormat, ListenerMetrics, ListenerOptions, ProxyOptions, TrustedProxies};
+use sluice_proxy::{
+    AccessLogFormat, ListenerMetrics, ListenerOptions, ProxyOptions, TrustedProxies,
+};
 
 use sluice_sources::kubernetes::PublishTarget;
 
@@ -206,7 +208,12 @@ pub struct ObserveArgs {
     #[arg(long, default_value_t = sluice_proxy::DEFAULT_ACCESS_LOG_QUEUE, value_name = "LINES")]
     pub access_log_buffer: usize,
     /// Require `Authorization: Bearer TOKEN` on every admin request but /healthz and /readyz.
-    #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "SLUICE_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub admin_token: Option<String>,
 }
 

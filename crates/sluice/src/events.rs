@@ -72,7 +72,11 @@ fn regarding(snapshot: &Snapshot, object: &str) -> Option<Regarding> {
             "Ingress",
             &snapshot.ingresses.get(&key(rest)?)?.metadata,
         ),
-        "Service" => ("v1", "Service", &snapshot.services.get(&key(rest)?)?.metadata),
+        "Service" => (
+            "v1",
+            "Service",
+            &snapshot.services.get(&key(rest)?)?.metadata,
+        ),
         "Secret" => ("v1", "Secret", &snapshot.secrets.get(&key(rest)?)?.metadata),
         "IngressClass" => (
             "networking.k8s.io/v1",

@@ -212,7 +212,10 @@ impl Collector for ControlCollector {
                         ("kind", kind),
                         ("namespace", watch.namespace.clone().unwrap_or_default()),
                     ];
-                    (labels, i64::from(watch.error.is_none() && watch.synced_once))
+                    (
+                        labels,
+                        i64::from(watch.error.is_none() && watch.synced_once),
+                    )
                 })
                 .collect();
             gauge(

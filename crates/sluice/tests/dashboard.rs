@@ -45,7 +45,11 @@ async fn the_dashboard_shows_routes_live_endpoint_states_and_filters_in_a_real_b
         dir.path(),
         "shop.yaml",
         &[
-            ingress("shop", "shop.test", &[("/", "Prefix", "shop", 80), ("/api", "Prefix", "shop", 80)]),
+            ingress(
+                "shop",
+                "shop.test",
+                &[("/", "Prefix", "shop", 80), ("/api", "Prefix", "shop", 80)],
+            ),
             service_with_states(
                 "shop",
                 80,
@@ -64,35 +68,59 @@ async fn the_dashboard_shows_routes_live_endpoint_states_and_filters_in_a_real_b
         .navigate(&format!("http://{}/?theme=light", sluice.admin))
         .await;
     browser
-        .wait_for("the first refresh", "document.body.dataset.loaded === 'true'", LIVE)
+        .wait_for(
+            "the first refresh",
+            "document.body.dataset.loaded === 'true'",
+            LIVE,
+        )
         .await;
 
     // The routes appear.
     assert_eq!(browser.eval(&rows_for_host("shop.test")).await, 2);
     assert_eq!(
-        browser.eval("document.querySelector('#stat-routes').textContent.trim()").await,
+        browser
+            .eval("document.querySelector('#stat-routes').textContent.trim()")
+            .await,
         "2"
     );
 
     // The terminating pod is shown as such.
     let state = endpoint_state(leaving);
     browser
-        .wait_for("a terminating endpoint", &format!("{state} === 'serving_terminating'"), LIVE)
+        .wait_for(
+            "a terminating endpoint",
+            &format!("{state} === 'serving_terminating'"),
+            LIVE,
+        )
         .await;
 
     // A pod that starts failing (its process is gone: connects are refused) is ejected.
     drop(pods.remove(2));
     let client = http_client();
     for _ in 0..12 {
-        let reply = send(&client, Method::GET, &sluice.url("/"), "shop.test", &[], Bytes::new())
-            .await
-            .unwrap();
+        let reply = send(
+            &client,
+            Method::GET,
+            &sluice.url("/"),
+            "shop.test",
+            &[],
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
         assert_eq!(reply.status, 200, "retried on a live pod");
     }
     browser
-        .wait_for("an ejected endpoint", &format!("{} === 'ejected'", endpoint_state(failing)), LIVE)
+        .wait_for(
+            "an ejected endpoint",
+            &format!("{} === 'ejected'", endpoint_state(failing)),
+            LIVE,
+        )
         .await;
-    assert_eq!(browser.eval(&format!("{} ", endpoint_state(live))).await, "ready");
+    assert_eq!(
+        browser.eval(&format!("{} ", endpoint_state(live))).await,
+        "ready"
+    );
 
     // A manifest added to the directory appears without a reload.
     let marker = "window.__not_reloaded = true; true";
@@ -107,11 +135,17 @@ async fn the_dashboard_shows_routes_live_endpoint_states_and_filters_in_a_real_b
         ],
     );
     browser
-        .wait_for("the new route", &format!("{} === 1", rows_for_host("cart.test")), LIVE)
+        .wait_for(
+            "the new route",
+            &format!("{} === 1", rows_for_host("cart.test")),
+            LIVE,
+        )
         .await;
     assert_eq!(browser.eval("window.__not_reloaded === true").await, true);
 
-    browser.screenshot(&artifacts().join("dashboard-light.png")).await;
+    browser
+        .screenshot(&artifacts().join("dashboard-light.png"))
+        .await;
 
     // The filter narrows the table, as typed.
     browser.type_into("#filter", "cart").await;
@@ -124,7 +158,10 @@ async fn the_dashboard_shows_routes_live_endpoint_states_and_filters_in_a_real_b
         .await;
     // ... and survives the next refresh.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(browser.eval(visible_rows()).await, serde_json::json!(["cart.test"]));
+    assert_eq!(
+        browser.eval(visible_rows()).await,
+        serde_json::json!(["cart.test"])
+    );
     browser
         .eval("const f = document.querySelector('#filter'); f.value = ''; f.dispatchEvent(new Event('input')); true")
         .await;
@@ -134,15 +171,23 @@ async fn the_dashboard_shows_routes_live_endpoint_states_and_filters_in_a_real_b
         .eval("document.querySelector('#theme-toggle').click(); document.documentElement.dataset.theme")
         .await;
     browser
-        .wait_for("dark mode", "document.documentElement.dataset.theme === 'dark'", LIVE)
+        .wait_for(
+            "dark mode",
+            "document.documentElement.dataset.theme === 'dark'",
+            LIVE,
+        )
         .await;
-    browser.screenshot(&artifacts().join("dashboard-dark.png")).await;
+    browser
+        .screenshot(&artifacts().join("dashboard-dark.png"))
+        .await;
     browser.viewport(390, 844, true).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let overflow = browser
         .eval("document.documentElement.scrollWidth <= window.innerWidth + 1")
         .await;
     assert_eq!(overflow, true, "no sideways scrolling on a phone");
-    browser.screenshot(&artifacts().join("dashboard-phone.png")).await;
+    browser
+        .screenshot(&artifacts().join("dashboard-phone.png"))
+        .await;
     let _ = pod_ip(0);
 }

@@ -537,9 +537,11 @@ async fn a_diagnostic_becomes_an_event_on_its_ingress_and_repeats_extend_its_ser
         json!({"nginx.ingress.kubernetes.io/load-balance": "fastest-please"});
     cluster.apply(web.clone());
     let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &["--namespace", "shop"]).await;
-    wait_until("an Event on the Ingress", Duration::from_secs(5), || async {
-        !events_on_web(&cluster).is_empty()
-    })
+    wait_until(
+        "an Event on the Ingress",
+        Duration::from_secs(5),
+        || async { !events_on_web(&cluster).is_empty() },
+    )
     .await;
     let events = events_on_web(&cluster);
     assert_eq!(events.len(), 1, "{events:?}");

@@ -20,7 +20,10 @@ async fn call(sluice: &Sluice, method: Method, path: &str) -> Reply {
         method,
         &sluice.url(path),
         "app.test",
-        &[("user-agent", "observability-test/1.0"), ("referer", "http://ref.test/")],
+        &[
+            ("user-agent", "observability-test/1.0"),
+            ("referer", "http://ref.test/"),
+        ],
         Bytes::new(),
     )
     .await
@@ -108,7 +111,11 @@ async fn every_metric_family_moves_with_traffic_retries_ejections_and_publishes(
         sum_of(&scrape, "sluice_endpoints", &labels)
     };
     assert_eq!(
-        (state("ready"), state("serving_terminating"), state("ejected")),
+        (
+            state("ready"),
+            state("serving_terminating"),
+            state("ejected")
+        ),
         (1.0, 0.0, 1.0)
     );
     // Per endpoint, as asked for with --metrics-per-endpoint.
@@ -121,10 +128,9 @@ async fn every_metric_family_moves_with_traffic_retries_ejections_and_publishes(
     // Connections, config, build and process.
     let open = [("listener", "http")];
     assert!(sum_of(&scrape, "sluice_open_connections", &open) >= 0.0);
-    assert!(scrape
-        .samples
-        .iter()
-        .any(|s| s.metric == "sluice_open_connections" && s.labels.get("protocol") == Some("http1")));
+    assert!(scrape.samples.iter().any(
+        |s| s.metric == "sluice_open_connections" && s.labels.get("protocol") == Some("http1")
+    ));
     assert_eq!(sum_of(&scrape, "sluice_config_generation", &[]), 1.0);
     assert_eq!(sum_of(&scrape, "sluice_config_publishes_total", &[]), 1.0);
     assert_eq!(
@@ -141,7 +147,10 @@ async fn every_metric_family_moves_with_traffic_retries_ejections_and_publishes(
     ] {
         assert!(sum_of(&scrape, process, &[]) > 0.0, "{process}");
     }
-    assert!(scrape.samples.iter().any(|s| s.metric == "process_cpu_seconds_total"));
+    assert!(scrape
+        .samples
+        .iter()
+        .any(|s| s.metric == "process_cpu_seconds_total"));
 
     // A request that matches no route is counted with empty route labels.
     let unrouted = send(
@@ -191,7 +200,10 @@ async fn no_pod_address_is_a_label_without_the_per_endpoint_flag_and_openmetrics
     let open = admin(
         &sluice,
         "/metrics",
-        &[("accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")],
+        &[(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )],
     )
     .await;
     assert!(open.headers["content-type"]
@@ -335,7 +347,11 @@ async fn wait_for_lines(path: &std::path::Path, count: usize) -> Vec<String> {
         if lines.len() >= count {
             return lines;
         }
-        assert!(Instant::now() < deadline, "{} lines in {text:?}", lines.len());
+        assert!(
+            Instant::now() < deadline,
+            "{} lines in {text:?}",
+            lines.len()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -374,15 +390,25 @@ async fn a_stuck_access_log_drops_lines_and_never_delays_a_request() {
     let mut slowest = Duration::ZERO;
     for _ in 0..1_500 {
         let started = Instant::now();
-        let reply = send(&client, Method::GET, &sluice.url("/"), "app.test", &[], Bytes::new())
-            .await
-            .unwrap();
+        let reply = send(
+            &client,
+            Method::GET,
+            &sluice.url("/"),
+            "app.test",
+            &[],
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
         assert_eq!(reply.status, 200);
         slowest = slowest.max(started.elapsed());
     }
     let dropped = sluice.metric("sluice_access_log_dropped_total").await;
     assert!(dropped > 1_000.0, "only {dropped} lines dropped");
-    assert!(slowest < Duration::from_secs(1), "a request took {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a request took {slowest:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,11 +432,21 @@ async fn the_log_level_changes_at_run_time_and_json_logs_parse() {
         )
     };
     assert_eq!(put("debug").await.unwrap().status, 200);
-    assert_eq!(get(&client, &url, "admin").await.unwrap().body.trim(), "debug");
+    assert_eq!(
+        get(&client, &url, "admin").await.unwrap().body.trim(),
+        "debug"
+    );
     // At debug, a request answered by the proxy itself is logged.
-    let missing = send(&client, Method::GET, &sluice.url("/"), "nowhere.test", &[], Bytes::new())
-        .await
-        .unwrap();
+    let missing = send(
+        &client,
+        Method::GET,
+        &sluice.url("/"),
+        "nowhere.test",
+        &[],
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
     assert_eq!(missing.status, 404);
     wait_until("a debug line", Duration::from_secs(5), || async {
         sluice.log().contains("answered by proxy")
@@ -418,7 +454,10 @@ async fn the_log_level_changes_at_run_time_and_json_logs_parse() {
     .await;
     let refused = put("no such level[").await.unwrap();
     assert_eq!(refused.status, 400);
-    assert_eq!(get(&client, &url, "admin").await.unwrap().body.trim(), "debug");
+    assert_eq!(
+        get(&client, &url, "admin").await.unwrap().body.trim(),
+        "debug"
+    );
     for line in sluice.log().lines().filter(|line| !line.is_empty()) {
         let entry: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
         assert!(entry["level"].is_string(), "{line}");
@@ -445,15 +484,26 @@ async fn the_admin_token_guards_everything_but_the_probes() {
     ] {
         let refused = admin(&sluice, path, &[]).await;
         assert_eq!(refused.status, 401, "{path}");
-        assert_eq!(refused.headers["www-authenticate"], "Bearer realm=\"sluice\"");
+        assert_eq!(
+            refused.headers["www-authenticate"],
+            "Bearer realm=\"sluice\""
+        );
         let wrong = admin(&sluice, path, &[("authorization", "Bearer s3cret-tokeN")]).await;
         assert_eq!(wrong.status, 401, "{path}");
         let allowed = admin(&sluice, path, &[("authorization", "Bearer s3cret-token")]).await;
         assert_eq!(allowed.status, 200, "{path}");
     }
     // A browser opens the dashboard by address: the page takes the token as ?token=.
-    assert_eq!(admin(&sluice, "/?token=s3cret-token", &[]).await.status, 200);
-    assert_eq!(admin(&sluice, "/api/routes?token=s3cret-token", &[]).await.status, 401);
+    assert_eq!(
+        admin(&sluice, "/?token=s3cret-token", &[]).await.status,
+        200
+    );
+    assert_eq!(
+        admin(&sluice, "/api/routes?token=s3cret-token", &[])
+            .await
+            .status,
+        401
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -471,7 +521,11 @@ async fn the_json_api_reports_backends_endpoint_states_and_diagnostics() {
     write_manifest(
         dir.path(),
         "bad.yaml",
-        &[ingress("bad", "bad.test", &[("/", "Prefix", "missing", 80)])],
+        &[ingress(
+            "bad",
+            "bad.test",
+            &[("/", "Prefix", "missing", 80)],
+        )],
     );
     let sluice = Sluice::start(dir.path(), &[]).await;
     assert_eq!(call(&sluice, Method::GET, "/").await.status, 200);
@@ -529,8 +583,13 @@ async fn tls_handshakes_are_counted_by_result() {
     // Not TLS at all.
     {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(sluice.listen_tls).await.unwrap();
-        stream.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut stream = tokio::net::TcpStream::connect(sluice.listen_tls)
+            .await
+            .unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut rest = Vec::new();
         let _ = stream.read_to_end(&mut rest).await;
     }

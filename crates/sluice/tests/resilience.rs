@@ -258,9 +258,7 @@ async fn retries_add_at_most_a_fifth_to_a_failing_backends_load() {
         assert_eq!(reply.status, 503);
     }
     let retries = sluice.metric_sum("sluice_retries_total", &[]).await;
-    let refused = sluice
-        .metric("sluice_retry_budget_exhausted_total")
-        .await;
+    let refused = sluice.metric("sluice_retry_budget_exhausted_total").await;
     // 20% of 1,000 requests within the 10 s window (the floor, 100, is lower).
     assert!((150.0..=200.0).contains(&retries), "{retries} retries");
     assert!(refused >= 700.0, "only {refused} retries refused");

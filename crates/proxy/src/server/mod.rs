@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::telemetry::{ListenerMetrics, OpenConnection};
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_TYPE};
 use http::{HeaderValue, Request, Response};
@@ -33,7 +34,6 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
-use crate::telemetry::{ListenerMetrics, OpenConnection};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;

@@ -137,7 +137,10 @@ impl TlsTerminator {
             .client_hello()
             .server_name()
             .map(|name| name.to_ascii_lowercase().into_boxed_str());
-        if let Some(host) = sni.as_ref().filter(|name| table.passthrough(name).is_some()) {
+        if let Some(host) = sni
+            .as_ref()
+            .filter(|name| table.passthrough(name).is_some())
+        {
             let host = host.clone();
             let (socket, hello, unread) = start.io.into_parts();
             return Ok(Handshake::Passthrough(Passthrough {

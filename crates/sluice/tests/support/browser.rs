@@ -100,7 +100,9 @@ impl Browser {
     /// page loads, counts as false).
     pub async fn wait_for(&mut self, what: &str, expression: &str, limit: Duration) {
         let deadline = Instant::now() + limit;
-        let guarded = format!("(() => {{ try {{ return ({expression}); }} catch (e) {{ return false; }} }})()");
+        let guarded = format!(
+            "(() => {{ try {{ return ({expression}); }} catch (e) {{ return false; }} }})()"
+        );
         loop {
             if self.eval(&guarded).await == Value::Bool(true) {
                 return;
@@ -172,8 +174,8 @@ async fn page_socket(port: u16) -> WebSocketStream<MaybeTlsStream<TcpStream>> {
     // Chromium names the page's socket after the Host header: give it the port too.
     let host = format!("127.0.0.1:{port}");
     let list = sluice_testkit::get(&client, &format!("http://{host}/json/list"), &host)
-    .await
-    .unwrap();
+        .await
+        .unwrap();
     let targets: Value = serde_json::from_str(&list.body).unwrap();
     let url = targets
         .as_array()
