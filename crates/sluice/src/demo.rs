@@ -145,7 +145,7 @@ fn print_instructions(args: &DemoArgs, dir: &Path, pods: &[EchoBackend]) {
         r#"
 sluice demo is running.
   proxy:     http://{proxy}
-  admin:     http://{admin}
+  dashboard: http://{admin}/   (routes, backends, endpoint states, live)
   pods:      {pods}
   manifests: {dir}   (edit them: changes apply within a second)
 
@@ -163,6 +163,8 @@ Try:
   for i in 1 2 3; do curl -s -b /tmp/sluice-demo-cookies -H 'Host: sticky.demo' http://{proxy}/; done
 {https}  # the compiled table, endpoints and diagnostics
   curl -s http://{admin}/api/routes
+  # Prometheus metrics, per route
+  curl -s http://{admin}/metrics | grep sluice_requests_total
 
 Press Ctrl-C to stop.
 "#,

@@ -299,15 +299,16 @@ fn per_endpoint(
         "Requests in flight to each endpoint (--metrics-per-endpoint)",
         &in_flight,
     )?;
-    let mut family = encoder.encode_descriptor(
-        "endpoint_latency_seconds",
-        "Peak-EWMA time to response headers of each endpoint (--metrics-per-endpoint)",
-        None,
-        MetricType::Gauge,
+    family(
+        encoder,
+        (
+            "endpoint_latency_seconds",
+            "Peak-EWMA time to response headers of each endpoint (--metrics-per-endpoint)",
+            MetricType::Gauge,
+        ),
+        &latency,
+        ConstGauge::new,
     )?;
-    for (labels, value) in &latency {
-        ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
-    }
     counter(
         encoder,
         "endpoint_attempts",
@@ -328,11 +329,12 @@ fn gauge(
     help: &str,
     samples: &[(Labels, i64)],
 ) -> Result<(), std::fmt::Error> {
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, value) in samples {
-        ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
-    }
-    Ok(())
+    family(
+        encoder,
+        (name, help, MetricType::Gauge),
+        samples,
+        ConstGauge::new,
+    )
 }
 
 fn counter(
@@ -341,9 +343,24 @@ fn counter(
     help: &str,
     samples: &[(Labels, u64)],
 ) -> Result<(), std::fmt::Error> {
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    family(
+        encoder,
+        (name, help, MetricType::Counter),
+        samples,
+        ConstCounter::new,
+    )
+}
+
+/// One family: its name, help and type, then a sample per label set, made by `metric`.
+fn family<V: Copy, M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder,
+    (name, help, metric_type): (&str, &str, MetricType),
+    samples: &[(Labels, V)],
+    metric: impl Fn(V) -> M,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
     for (labels, value) in samples {
-        ConstCounter::new(*value).encode(family.encode_family(labels)?)?;
+        metric(*value).encode(family.encode_family(labels)?)?;
     }
     Ok(())
 }

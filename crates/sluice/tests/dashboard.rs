@@ -7,13 +7,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::Method;
-use sluice_testkit::{http_client, send};
+use sluice_testkit::{get, http_client};
 use support::browser::Browser;
 use support::{
-    free_port, ingress, pod_ip, pods_on, service, service_with_states, write_manifest, PodState,
-    Sluice,
+    free_port, ingress, pods_on, service, service_with_states, write_manifest, PodState, Sluice,
 };
 
 const LIVE: Duration = Duration::from_secs(10);
@@ -98,16 +95,7 @@ async fn the_dashboard_shows_routes_live_endpoint_states_and_filters_in_a_real_b
     drop(pods.remove(2));
     let client = http_client();
     for _ in 0..12 {
-        let reply = send(
-            &client,
-            Method::GET,
-            &sluice.url("/"),
-            "shop.test",
-            &[],
-            Bytes::new(),
-        )
-        .await
-        .unwrap();
+        let reply = get(&client, &sluice.url("/"), "shop.test").await.unwrap();
         assert_eq!(reply.status, 200, "retried on a live pod");
     }
     browser
@@ -189,5 +177,4 @@ async fn the_dashboard_shows_routes_live_endpoint_states_and_filters_in_a_real_b
     browser
         .screenshot(&artifacts().join("dashboard-phone.png"))
         .await;
-    let _ = pod_ip(0);
 }

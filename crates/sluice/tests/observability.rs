@@ -153,16 +153,9 @@ async fn every_metric_family_moves_with_traffic_retries_ejections_and_publishes(
         .any(|s| s.metric == "process_cpu_seconds_total"));
 
     // A request that matches no route is counted with empty route labels.
-    let unrouted = send(
-        &http_client(),
-        Method::GET,
-        &sluice.url("/"),
-        "nowhere.test",
-        &[],
-        Bytes::new(),
-    )
-    .await
-    .unwrap();
+    let unrouted = get(&http_client(), &sluice.url("/"), "nowhere.test")
+        .await
+        .unwrap();
     assert_eq!(unrouted.status, 404);
     // A new manifest publishes a new table.
     let other = pods_on(&["other"], 62, 0).await;
@@ -390,16 +383,7 @@ async fn a_stuck_access_log_drops_lines_and_never_delays_a_request() {
     let mut slowest = Duration::ZERO;
     for _ in 0..1_500 {
         let started = Instant::now();
-        let reply = send(
-            &client,
-            Method::GET,
-            &sluice.url("/"),
-            "app.test",
-            &[],
-            Bytes::new(),
-        )
-        .await
-        .unwrap();
+        let reply = get(&client, &sluice.url("/"), "app.test").await.unwrap();
         assert_eq!(reply.status, 200);
         slowest = slowest.max(started.elapsed());
     }
@@ -437,16 +421,9 @@ async fn the_log_level_changes_at_run_time_and_json_logs_parse() {
         "debug"
     );
     // At debug, a request answered by the proxy itself is logged.
-    let missing = send(
-        &client,
-        Method::GET,
-        &sluice.url("/"),
-        "nowhere.test",
-        &[],
-        Bytes::new(),
-    )
-    .await
-    .unwrap();
+    let missing = get(&client, &sluice.url("/"), "nowhere.test")
+        .await
+        .unwrap();
     assert_eq!(missing.status, 404);
     wait_until("a debug line", Duration::from_secs(5), || async {
         sluice.log().contains("answered by proxy")

@@ -175,25 +175,18 @@ impl Sluice {
 
     /// The /api/status document.
     pub async fn status(&self) -> serde_json::Value {
-        let reply = get(
-            &http_client(),
-            &format!("http://{}/api/status", self.admin),
-            "admin",
-        )
-        .await
-        .unwrap();
-        serde_json::from_str(&reply.body).unwrap()
+        serde_json::from_str(&self.admin_get("/api/status").await.body).unwrap()
+    }
+
+    /// `GET path` on the admin listener.
+    pub async fn admin_get(&self, path: &str) -> sluice_testkit::Reply {
+        let url = format!("http://{}{path}", self.admin);
+        get(&http_client(), &url, "admin").await.unwrap()
     }
 
     /// The value of a Prometheus counter or gauge line, e.g. `sluice_config_publishes_total`.
     pub async fn metric(&self, name: &str) -> f64 {
-        let reply = get(
-            &http_client(),
-            &format!("http://{}/metrics", self.admin),
-            "admin",
-        )
-        .await
-        .unwrap();
+        let reply = self.admin_get("/metrics").await;
         let line = reply
             .body
             .lines()
@@ -205,13 +198,7 @@ impl Sluice {
 
     /// A scrape of /metrics, parsed by a Prometheus text-format parser.
     pub async fn scrape(&self) -> prometheus_parse::Scrape {
-        let reply = get(
-            &http_client(),
-            &format!("http://{}/metrics", self.admin),
-            "admin",
-        )
-        .await
-        .unwrap();
+        let reply = self.admin_get("/metrics").await;
         assert_eq!(reply.status, 200);
         let lines = reply.body.lines().map(|line| Ok(line.to_owned()));
         prometheus_parse::Scrape::parse(lines).expect("the exposition parses")
