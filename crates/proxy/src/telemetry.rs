@@ -1,7 +1,7 @@
 //! The data plane's metrics: families registered once, and per-route handles resolved on a route's first request and kept on the published route, so recording a request allocates nothing.
 
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::{Method, StatusCode, Version};
@@ -185,8 +185,8 @@ pub struct ProxyMetrics {
     pub(crate) ejections: Counter,
     pub(crate) fallbacks: Counter,
     pub(crate) stale_connection_resends: Counter,
-    /// Requests that matched no route.
-    unrouted: LazyLock<Arc<RouteLabels>>,
+    /// The handles of requests that matched no route, resolved on the first such request.
+    unrouted: OnceLock<Arc<RouteMetrics>>,
     /// Every request answered, and those answered 5xx (not exported: the family's sums, for
     /// the admin API).
     answered: Counter,
@@ -210,7 +210,7 @@ impl Default for ProxyMetrics {
             ejections: Counter::default(),
             fallbacks: Counter::default(),
             stale_connection_resends: Counter::default(),
-            unrouted: LazyLock::new(|| Arc::new(RouteLabels::new("", "", "", ""))),
+            unrouted: OnceLock::new(),
             answered: Counter::default(),
             server_errors: Counter::default(),
         }
@@ -293,10 +293,14 @@ impl ProxyMetrics {
         }
     }
 
-    /// The handles for requests that matched no route (resolved per request: they are rare
-    /// and cheap to find).
+    /// The handles for requests that matched no route (all four route labels empty).
     pub(crate) fn unrouted(&self) -> Arc<RouteMetrics> {
-        Arc::new(self.route_metrics(self.unrouted.clone()))
+        self.unrouted
+            .get_or_init(|| {
+                let labels = Arc::new(RouteLabels::new("", "", "", ""));
+                Arc::new(self.route_metrics(labels))
+            })
+            .clone()
     }
 
     fn route_metrics(&self, labels: Arc<RouteLabels>) -> RouteMetrics {
