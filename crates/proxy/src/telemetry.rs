@@ -103,7 +103,7 @@ impl EncodeLabelSet for RequestKey {
 
 /// The method as a label: the standard ones by name, any other as `other`, so a client cannot
 /// create series at will.
-fn method_label(method: &Method) -> &'static str {
+pub(crate) fn method(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
         Method::HEAD => "HEAD",
@@ -405,11 +405,6 @@ impl RouteMetrics {
     }
 }
 
-/// The method label of a request.
-pub(crate) fn method(method: &Method) -> &'static str {
-    method_label(method)
-}
-
 /// `HTTP/1.1` and the like, as access logs write the protocol.
 pub(crate) fn protocol(version: Version) -> &'static str {
     match version {
@@ -456,7 +451,7 @@ impl ConnectionMetrics {
             self.handshakes
                 .get_or_create_owned(&[("listener", listener), ("result", result)])
         };
-        ListenerMetrics {
+        ListenerMetrics(Arc::new(ListenerHandles {
             pending: gauge("pending"),
             http1: gauge("http1"),
             http2: gauge("http2"),
@@ -464,13 +459,26 @@ impl ConnectionMetrics {
             handshakes_succeeded: handshakes("success"),
             handshakes_failed: handshakes("failure"),
             handshakes_timed_out: handshakes("timeout"),
-        }
+        }))
     }
 }
 
-/// One listener's open connections by protocol and TLS handshakes by result.
+/// One listener's open connections by protocol and TLS handshakes by result; clones share
+/// them.
 #[derive(Clone, Debug, Default)]
-pub struct ListenerMetrics {
+pub struct ListenerMetrics(Arc<ListenerHandles>);
+
+impl std::ops::Deref for ListenerMetrics {
+    type Target = ListenerHandles;
+
+    fn deref(&self) -> &ListenerHandles {
+        &self.0
+    }
+}
+
+/// The gauges and counters behind a [`ListenerMetrics`].
+#[derive(Debug, Default)]
+pub struct ListenerHandles {
     /// Connections accepted that have not sent a request yet.
     pub(crate) pending: Gauge,
     pub(crate) http1: Gauge,
