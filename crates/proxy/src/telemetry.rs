@@ -506,6 +506,18 @@ impl OpenConnection {
         }
     }
 
+    /// A passthrough connection, counted as such until it drops (even when its task is
+    /// aborted at the end of the grace period).
+    pub(crate) fn passthrough(metrics: &ListenerMetrics) -> Self {
+        let counted_as = std::sync::OnceLock::new();
+        let _ = counted_as.set(metrics.passthrough.clone());
+        metrics.passthrough.inc();
+        Self {
+            metrics: metrics.clone(),
+            counted_as,
+        }
+    }
+
     /// A request arrived: the connection now counts under its protocol.
     pub(crate) fn request(&self, version: Version) {
         if self.counted_as.get().is_some() {

@@ -973,3 +973,52 @@ async fn passthrough_behind_a_proxy_protocol_load_balancer_replays_every_byte_af
     assert_eq!(code, 0, "{body}");
     assert!(body.contains("s_server"), "openssl's status page: {body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passthrough_connection_outlives_the_client_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pod_ca = TestCa::new("pod CA").unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let issued = pod_ca.server(&["pass.test"]).unwrap();
+    let cert = write_pem(files.path(), "pod.pem", &issued.cert);
+    let key = write_pem(files.path(), "pod.key", &issued.key);
+    let pod_addr = std::net::SocketAddr::new(pod_ip(133), support::free_port());
+    let _pod = OpensslServer::start(pod_addr, &cert, &key).await;
+    let dir = tempfile::tempdir().unwrap();
+    let passthrough = ("nginx.ingress.kubernetes.io/ssl-passthrough", "true");
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            tls_ingress("argocd", &["pass.test"], "argocd", &[], &[passthrough]),
+            service("argocd", 80, &[pod_addr]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &["--client-header-timeout", "1s"]).await;
+    let config = std::sync::Arc::new(support::tls::client_config(&pod_ca.cert_pem()));
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let tcp = tokio::net::TcpStream::connect(sluice.listen_tls)
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("pass.test").unwrap();
+    let mut stream = connector.connect(name, tcp).await.unwrap();
+    let open = [("listener", "https"), ("protocol", "passthrough")];
+    assert_eq!(
+        sluice.metric_sum("sluice_open_connections", &open).await,
+        1.0
+    );
+    // Twice the header timeout with nothing sent: the spliced connection stays up.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut page = Vec::new();
+    let _ = stream.read_to_end(&mut page).await;
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("s_server"), "the pod's status page: {page}");
+    drop(stream);
+    wait_until(
+        "the passthrough gauge back to 0",
+        Duration::from_secs(5),
+        || async { sluice.metric_sum("sluice_open_connections", &open).await == 0.0 },
+    )
+    .await;
+}

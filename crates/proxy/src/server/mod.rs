@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::telemetry::{ListenerMetrics, OpenConnection};
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_TYPE};
 use http::{HeaderValue, Request, Response};
@@ -38,6 +37,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::telemetry::{ListenerMetrics, OpenConnection};
 use accept::Acceptor;
 use activity::{ClientTimeouts, ConnectionActivity, Expiry, RequestActivity};
 pub use client_auth::ClientCertificate;
@@ -364,11 +364,10 @@ async fn serve_connection<H: Handler>(
             serve_http(stream, Bytes::new(), info, &listener).await;
         }
         Ok(Ok(Handshake::Passthrough(passthrough))) => {
-            metrics.passthrough.inc();
+            let _open = OpenConnection::passthrough(metrics);
             if let Err(error) = tls.splice(passthrough).await {
                 tracing::debug!(%peer, %error, "passthrough connection failed");
             }
-            metrics.passthrough.dec();
         }
         Ok(Err(error)) => {
             metrics.handshakes_failed.inc();
