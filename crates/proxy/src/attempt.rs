@@ -58,11 +58,17 @@ pub(crate) struct AttemptSettings<'s> {
 pub(crate) struct Answer {
     pub(crate) response: Response<Incoming>,
     pub(crate) in_flight: InFlight,
-    /// Attempts made for the request, this one included.
-    pub(crate) attempts: u32,
     pub(crate) endpoint: Endpoint,
     /// The connection, to go back to its pool when the response body ends.
     pub(crate) checkin: Checkin,
+}
+
+/// What the attempts of one request came to.
+pub(crate) struct Attempted {
+    pub(crate) result: Result<Answer, ProxyError>,
+    pub(crate) attempts: u32,
+    /// The endpoint of the last attempt (the one that answered, when one did).
+    pub(crate) last_tried: Option<Endpoint>,
 }
 
 /// How an attempt failed, which decides whether another may follow and what it costs.
@@ -125,6 +131,8 @@ pub(crate) struct Exchange<'a> {
     wire: Wire,
     /// How the last attempt ended, which names the reason of the retry after it.
     retry_reason: Option<RetryReason>,
+    /// The endpoint of the latest attempt.
+    last_tried: Option<Endpoint>,
 }
 
 impl<'a> Exchange<'a> {
@@ -155,6 +163,7 @@ impl<'a> Exchange<'a> {
             started: Instant::now(),
             wire: Wire::Http1,
             retry_reason: None,
+            last_tried: None,
         }
     }
 
@@ -165,7 +174,17 @@ impl<'a> Exchange<'a> {
     }
 
     /// Tries candidates until one answers in a way that is not retried, or the rules stop it.
-    pub(crate) async fn run(mut self) -> Result<Answer, ProxyError> {
+    /// Either way, says how many attempts it made and which endpoint it tried last.
+    pub(crate) async fn run(mut self) -> Attempted {
+        let result = self.attempt_all().await;
+        Attempted {
+            result,
+            attempts: self.attempts,
+            last_tried: self.last_tried,
+        }
+    }
+
+    async fn attempt_all(&mut self) -> Result<Answer, ProxyError> {
         let budget = self.settings.runtime.budget(self.backend);
         budget.record_request(self.started);
         let mut last_error = ProxyError::NoEndpoints;
@@ -355,6 +374,7 @@ impl<'a> Exchange<'a> {
     async fn attempt(&mut self, pick: &Pick) -> Result<Answer, Failure> {
         let (endpoint, runtime) = (&pick.endpoint, &pick.runtime);
         self.skip.push(endpoint.clone());
+        self.last_tried = Some(endpoint.clone());
         let in_flight = runtime.stats.begin();
         let pooled = if pick.fresh {
             None
@@ -390,7 +410,6 @@ impl<'a> Exchange<'a> {
                     return Ok(Answer {
                         response,
                         in_flight,
-                        attempts: self.attempts,
                         endpoint: endpoint.clone(),
                         checkin: Checkin::new(runtime.pool.clone(), connection, keep_for),
                     });

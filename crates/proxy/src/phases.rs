@@ -44,8 +44,11 @@ pub(crate) struct RequestContext<'r> {
     pub(crate) pinned: Option<Endpoint>,
     /// The endpoint that answered, once one did.
     pub(crate) endpoint: Option<Endpoint>,
-    /// The endpoint's status, and the attempts it took, once an endpoint answered.
+    /// The endpoint tried last, answered or not, once the attempts are over.
+    pub(crate) tried: Option<Endpoint>,
+    /// The endpoint's status, once an endpoint answered.
     pub(crate) upstream_status: Option<StatusCode>,
+    /// Attempts made to endpoints (0 when the proxy answered before choosing one).
     pub(crate) attempts: u32,
 }
 

@@ -129,6 +129,7 @@ impl Proxy {
             forwarded_https: forwarding.says_https(request.headers()),
             pinned: None,
             endpoint: None,
+            tried: None,
             upstream_status: None,
             attempts: 0,
         };
@@ -175,7 +176,7 @@ impl Proxy {
             (Some(sink), Some(mut record)) => {
                 record.status = response.status().as_u16();
                 record.host = context.host.clone();
-                record.upstream = context.endpoint.clone();
+                record.upstream = context.endpoint.clone().or_else(|| context.tried.clone());
                 record.upstream_status = context.upstream_status.map(|s| s.as_u16());
                 record.attempts = context.attempts;
                 record.route = context.target.map(|t| t.ingress).unwrap_or_default().into();
@@ -254,12 +255,15 @@ impl Proxy {
         .over(wire)
         .run();
         // The client's gRPC deadline bounds every attempt together.
-        let answer = match deadline {
-            None => exchange.await?,
+        let attempted = match deadline {
+            None => exchange.await,
             Some(deadline) => tokio::time::timeout(deadline, exchange)
                 .await
-                .map_err(|_elapsed| ProxyError::ResponseTimeout)??,
+                .map_err(|_elapsed| ProxyError::ResponseTimeout)?,
         };
+        context.attempts = attempted.attempts;
+        context.tried = attempted.last_tried;
+        let answer = attempted.result?;
         // Response filters.
         Ok(self.respond(answer, filters, context, client_upgrade))
     }
@@ -316,12 +320,10 @@ impl Proxy {
         let Answer {
             mut response,
             in_flight,
-            attempts,
             endpoint,
             checkin,
         } = answer;
         context.upstream_status = Some(response.status());
-        context.attempts = attempts;
         let switched = match client_upgrade {
             Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 let protocol = response.headers().get(http::header::UPGRADE).cloned();

@@ -245,6 +245,31 @@ async fn the_json_access_log_has_one_line_per_request_with_every_field() {
     assert!(entry["duration_seconds"].as_f64().unwrap() > 0.0);
     assert!(entry["time"].as_str().unwrap().ends_with('Z'));
     assert!(entry["tls_version"].is_null());
+
+    // A request no endpoint answers: the attempts, and the endpoint tried last.
+    let port = free_port();
+    let dead = [dead_endpoint(74, port), dead_endpoint(75, port)];
+    write_manifest(
+        dir.path(),
+        "dead.yaml",
+        &[
+            ingress("dead", "dead.test", &[("/", "Prefix", "dead", 80)]),
+            service("dead", 80, &dead),
+        ],
+    );
+    sluice.wait_for_generation_after(1).await;
+    let failed = get(&http_client(), &sluice.url("/"), "dead.test")
+        .await
+        .unwrap();
+    assert_eq!(failed.status, 502);
+    let line = wait_for_lines(&log, 2).await.remove(1);
+    let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(entry["status"], 502);
+    assert_eq!(entry["attempts"], 2, "{line}");
+    let last = entry["upstream"].as_str().unwrap().to_owned();
+    assert!(dead.iter().any(|addr| addr.to_string() == last), "{line}");
+    assert!(entry["upstream_status"].is_null());
+    assert_eq!(entry["route"], "default/dead");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

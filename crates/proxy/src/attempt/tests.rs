@@ -79,7 +79,11 @@ impl Setup {
             loopback(1),
             pinned.cloned(),
         );
-        let answer = exchange.run().await.map_err(|error| error.to_string())?;
+        let answer = exchange
+            .run()
+            .await
+            .result
+            .map_err(|error| error.to_string())?;
         let status = answer.response.status().as_u16();
         // Read the body to its end, as the response path does: that returns the connection.
         let body = TrackedBody::new(
