@@ -939,33 +939,58 @@ async fn a_connection_keeps_its_certificate_while_the_secret_is_replaced() {
     assert_eq!(held.get_ref().1.peer_certificates().unwrap()[0], first);
 }
 
+/// An Argo CD-like pod on `ip` that terminates TLS itself for pass.test, behind sluice with
+/// `ssl-passthrough` and `flags`.
+struct PassthroughPod {
+    ca: TestCa,
+    ca_file: String,
+    sluice: Sluice,
+    _pod: OpensslServer,
+    _files: tempfile::TempDir,
+    _dir: tempfile::TempDir,
+}
+
+impl PassthroughPod {
+    async fn start(ip: u8, flags: &[&str]) -> Self {
+        let ca = TestCa::new("pod CA").unwrap();
+        let files = tempfile::tempdir().unwrap();
+        let issued = ca.server(&["pass.test"]).unwrap();
+        let cert = write_pem(files.path(), "pod.pem", &issued.cert);
+        let key = write_pem(files.path(), "pod.key", &issued.key);
+        let ca_file = write_pem(files.path(), "ca.pem", &ca.cert_pem());
+        let pod_addr = std::net::SocketAddr::new(pod_ip(ip), support::free_port());
+        let pod = OpensslServer::start(pod_addr, &cert, &key).await;
+        let dir = tempfile::tempdir().unwrap();
+        let passthrough = ("nginx.ingress.kubernetes.io/ssl-passthrough", "true");
+        write_manifest(
+            dir.path(),
+            "app.yaml",
+            &[
+                tls_ingress("argocd", &["pass.test"], "argocd", &[], &[passthrough]),
+                service("argocd", 80, &[pod_addr]),
+            ],
+        );
+        let sluice = Sluice::start(dir.path(), flags).await;
+        Self {
+            ca,
+            ca_file,
+            sluice,
+            _pod: pod,
+            _files: files,
+            _dir: dir,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passthrough_behind_a_proxy_protocol_load_balancer_replays_every_byte_after_the_header() {
-    let pod_ca = TestCa::new("pod CA").unwrap();
-    let files = tempfile::tempdir().unwrap();
-    let issued = pod_ca.server(&["pass.test"]).unwrap();
-    let cert = write_pem(files.path(), "pod.pem", &issued.cert);
-    let key = write_pem(files.path(), "pod.key", &issued.key);
-    let ca_file = write_pem(files.path(), "ca.pem", &pod_ca.cert_pem());
-    let pod_addr = std::net::SocketAddr::new(pod_ip(133), support::free_port());
-    let _pod = OpensslServer::start(pod_addr, &cert, &key).await;
-    let dir = tempfile::tempdir().unwrap();
-    let passthrough = ("nginx.ingress.kubernetes.io/ssl-passthrough", "true");
-    write_manifest(
-        dir.path(),
-        "app.yaml",
-        &[
-            tls_ingress("argocd", &["pass.test"], "argocd", &[], &[passthrough]),
-            service("argocd", 80, &[pod_addr]),
-        ],
-    );
-    let sluice = Sluice::start(dir.path(), &["--proxy-protocol"]).await;
-    let [resolve, to, url] = https_args(sluice.listen_tls, "pass.test", "/");
+    let pod = PassthroughPod::start(133, &["--proxy-protocol"]).await;
+    let [resolve, to, url] = https_args(pod.sluice.listen_tls, "pass.test", "/");
     let (code, body) = curl(&[
         "--haproxy-protocol",
         "--http1.1",
         "--cacert",
-        &ca_file,
+        &pod.ca_file,
         &resolve,
         &to,
         &url,
@@ -977,25 +1002,9 @@ async fn passthrough_behind_a_proxy_protocol_load_balancer_replays_every_byte_af
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_passthrough_connection_outlives_the_client_header_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let pod_ca = TestCa::new("pod CA").unwrap();
-    let files = tempfile::tempdir().unwrap();
-    let issued = pod_ca.server(&["pass.test"]).unwrap();
-    let cert = write_pem(files.path(), "pod.pem", &issued.cert);
-    let key = write_pem(files.path(), "pod.key", &issued.key);
-    let pod_addr = std::net::SocketAddr::new(pod_ip(133), support::free_port());
-    let _pod = OpensslServer::start(pod_addr, &cert, &key).await;
-    let dir = tempfile::tempdir().unwrap();
-    let passthrough = ("nginx.ingress.kubernetes.io/ssl-passthrough", "true");
-    write_manifest(
-        dir.path(),
-        "app.yaml",
-        &[
-            tls_ingress("argocd", &["pass.test"], "argocd", &[], &[passthrough]),
-            service("argocd", 80, &[pod_addr]),
-        ],
-    );
-    let sluice = Sluice::start(dir.path(), &["--client-header-timeout", "1s"]).await;
-    let config = std::sync::Arc::new(support::tls::client_config(&pod_ca.cert_pem()));
+    let pod = PassthroughPod::start(134, &["--client-header-timeout", "1s"]).await;
+    let sluice = &pod.sluice;
+    let config = std::sync::Arc::new(support::tls::client_config(&pod.ca.cert_pem()));
     let connector = tokio_rustls::TlsConnector::from(config);
     let tcp = tokio::net::TcpStream::connect(sluice.listen_tls)
         .await
