@@ -126,7 +126,7 @@ impl Admin {
         if !self.authorized(&request) {
             let mut response = text(
                 StatusCode::UNAUTHORIZED,
-                "unauthorized: send Authorization: Bearer <the --admin-token>\n",
+                "unauthorized: send Authorization: Bearer <the --admin-token>, or open the dashboard as /?token=<the --admin-token>\n",
             );
             response.headers_mut().insert(
                 WWW_AUTHENTICATE,
