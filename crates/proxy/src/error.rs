@@ -34,6 +34,10 @@ pub enum ProxyError {
     Misdirected,
     #[error("client certificate refused (one was sent: {sent})")]
     ClientCertificate { sent: bool },
+    #[error("the client's address is not admitted by the route's source ranges")]
+    Forbidden,
+    #[error("the route's access rules could not be read")]
+    RouteDenied,
     #[error("redirected to {location:?}")]
     Redirect {
         status: StatusCode,
@@ -56,6 +60,8 @@ impl ProxyError {
             Self::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             Self::ClientCertificate { .. } => StatusCode::BAD_REQUEST,
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::RouteDenied => StatusCode::SERVICE_UNAVAILABLE,
             Self::Redirect { status, .. } => *status,
         }
     }
@@ -77,6 +83,8 @@ impl ProxyError {
             Self::Misdirected => "421 misdirected request\n",
             Self::ClientCertificate { sent: false } => "400 no required SSL certificate was sent\n",
             Self::ClientCertificate { sent: true } => "400 the SSL certificate error\n",
+            Self::Forbidden => "403 forbidden\n",
+            Self::RouteDenied => "503 service unavailable\n",
             Self::Redirect { .. } => "redirecting\n",
         }
     }

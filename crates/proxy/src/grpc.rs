@@ -15,6 +15,7 @@ const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 const DEADLINE_EXCEEDED: u8 = 4;
 const RESOURCE_EXHAUSTED: u8 = 8;
 const UNIMPLEMENTED: u8 = 12;
+const PERMISSION_DENIED: u8 = 7;
 const UNAUTHENTICATED: u8 = 16;
 const INTERNAL: u8 = 13;
 const UNAVAILABLE: u8 = 14;
@@ -52,6 +53,7 @@ fn status_of(error: &ProxyError) -> u8 {
     match error {
         ProxyError::NoRoute => UNIMPLEMENTED,
         ProxyError::ClientCertificate { .. } => UNAUTHENTICATED,
+        ProxyError::Forbidden => PERMISSION_DENIED,
         ProxyError::ResponseTimeout | ProxyError::UploadStalled | ProxyError::ClientBodyTimeout => {
             DEADLINE_EXCEEDED
         }
@@ -64,6 +66,7 @@ fn status_of(error: &ProxyError) -> u8 {
         | ProxyError::UpstreamFailed(_)
         | ProxyError::ConnectTimeout
         | ProxyError::Misdirected
+        | ProxyError::RouteDenied
         | ProxyError::Redirect { .. } => UNAVAILABLE,
     }
 }

@@ -22,7 +22,7 @@
 
 use http::request::Parts;
 use http::{response, HeaderValue, StatusCode};
-use sluice_routing::{Endpoint, RoutePolicy, StickyCookie, Target};
+use sluice_routing::{Endpoint, RoutePolicy, SourceRanges, SourceVerdict, StickyCookie, Target};
 
 use crate::error::ProxyError;
 use crate::server::ClientInfo;
@@ -31,6 +31,8 @@ use crate::sticky::{request_cookie, set_cookie, SessionKey};
 /// What the phases of one request share.
 pub(crate) struct RequestContext<'r> {
     pub(crate) client: &'r ClientInfo,
+    /// The client's address after trusted-proxy resolution.
+    pub(crate) real_client: std::net::IpAddr,
     pub(crate) request_id: HeaderValue,
     /// The route, once the route phase found one.
     pub(crate) target: Option<Target<'r>>,
@@ -107,6 +109,9 @@ impl Filters {
             filters.push(Box::new(HttpsRedirect {
                 force: tls.force_ssl_redirect,
             }));
+        }
+        if policy.source_ranges.is_set() {
+            filters.push(Box::new(SourceRangeCheck(policy.source_ranges.clone())));
         }
         if let Some(cookie) = &policy.sticky {
             filters.push(Box::new(StickySession(cookie.clone())));
@@ -193,6 +198,25 @@ impl Filter for HttpsRedirect {
                 location,
             }),
             Err(_) => Ok(()),
+        }
+    }
+}
+
+/// `allowlist-source-range` and `denylist-source-range`: a client outside the ranges gets 403
+/// (after the HTTPS redirect, as nginx's access phase follows its rewrite phase).
+struct SourceRangeCheck(SourceRanges);
+
+impl Filter for SourceRangeCheck {
+    fn on_request(
+        &self,
+        context: &mut RequestContext<'_>,
+        _request: &Parts,
+        _proxy: &ProxyScope<'_>,
+    ) -> Result<(), ProxyError> {
+        match self.0.verdict(context.real_client) {
+            SourceVerdict::Admitted => Ok(()),
+            SourceVerdict::Forbidden => Err(ProxyError::Forbidden),
+            SourceVerdict::Unavailable => Err(ProxyError::RouteDenied),
         }
     }
 }

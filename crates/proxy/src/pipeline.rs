@@ -122,6 +122,7 @@ impl Proxy {
         let table = self.table.load();
         let mut context = RequestContext {
             client: &client,
+            real_client: forwarding.real_client,
             request_id: forwarding.request_id(request.headers()),
             target: None,
             host: HeaderValue::from_static(""),

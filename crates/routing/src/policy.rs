@@ -28,9 +28,63 @@ pub struct RoutePolicy {
     pub tls: TlsPolicy,
     /// How the data plane talks to the endpoints.
     pub upstream: UpstreamProtocol,
+    /// Which client addresses may use the route (`allowlist-source-range`,
+    /// `denylist-source-range`).
+    pub source_ranges: SourceRanges,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
+}
+
+/// Client addresses a route admits, checked against the client after trusted-proxy
+/// resolution as ingress-nginx's generated `deny`/`allow` rules are: a denied address gets 403
+/// first; then, when an allowlist is set, any address outside it gets 403.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SourceRanges {
+    pub allow: Vec<ipnet::IpNet>,
+    pub deny: Vec<ipnet::IpNet>,
+    /// A range annotation could not be read: the route answers every request 503, as
+    /// ingress-nginx does for a location its annotations deny, rather than admit anyone.
+    pub unreadable: bool,
+}
+
+/// What [`SourceRanges`] decides for one client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceVerdict {
+    Admitted,
+    Forbidden,
+    /// The ranges could not be read (see [`SourceRanges::unreadable`]).
+    Unavailable,
+}
+
+impl SourceRanges {
+    /// Whether any rule applies (a route without one pays no filter).
+    pub fn is_set(&self) -> bool {
+        self.unreadable || !self.allow.is_empty() || !self.deny.is_empty()
+    }
+
+    pub fn verdict(&self, client: std::net::IpAddr) -> SourceVerdict {
+        let client = canonical(client);
+        if self.unreadable {
+            SourceVerdict::Unavailable
+        } else if self.deny.iter().any(|range| range.contains(&client)) {
+            SourceVerdict::Forbidden
+        } else if !self.allow.is_empty() && !self.allow.iter().any(|range| range.contains(&client))
+        {
+            SourceVerdict::Forbidden
+        } else {
+            SourceVerdict::Admitted
+        }
+    }
+}
+
+/// An IPv4 client seen as an IPv4-mapped IPv6 address (a dual-stack listener) is matched as
+/// the IPv4 address it is.
+fn canonical(client: std::net::IpAddr) -> std::net::IpAddr {
+    match client {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, std::net::IpAddr::V4),
+        v4 => v4,
+    }
 }
 
 /// What a route asks of the TLS side.

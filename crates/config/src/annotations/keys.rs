@@ -44,10 +44,14 @@ pub(crate) enum Setting {
     ProxySslSecret,
     ProxySslName,
     ProxySslVerify,
+    AllowlistSourceRange,
+    /// The older name of `allowlist-source-range`.
+    WhitelistSourceRange,
+    DenylistSourceRange,
 }
 
 impl Setting {
-    const ALL: [Setting; 28] = [
+    const ALL: [Setting; 31] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -76,6 +80,9 @@ impl Setting {
         Self::ProxySslSecret,
         Self::ProxySslName,
         Self::ProxySslVerify,
+        Self::AllowlistSourceRange,
+        Self::WhitelistSourceRange,
+        Self::DenylistSourceRange,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -121,6 +128,9 @@ impl Setting {
             Self::ProxySslSecret => "proxy-ssl-secret",
             Self::ProxySslName => "proxy-ssl-name",
             Self::ProxySslVerify => "proxy-ssl-verify",
+            Self::AllowlistSourceRange => "allowlist-source-range",
+            Self::WhitelistSourceRange => "whitelist-source-range",
+            Self::DenylistSourceRange => "denylist-source-range",
         }
     }
 

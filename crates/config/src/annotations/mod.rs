@@ -1,5 +1,6 @@
 //! Annotations sluice understands, parsed into typed values with a diagnostic for every one it ignores.
 
+mod access;
 mod affinity;
 mod balance;
 mod keys;
@@ -173,14 +174,42 @@ fn report_unknown(
         let controller_owned = CONTROLLER_PREFIXES
             .iter()
             .any(|prefix| key.starts_with(prefix));
-        if controller_owned && !known(key) {
-            diagnostics.warning(
+        if !controller_owned || known(key) {
+            continue;
+        }
+        match refusal(key) {
+            Some(why) => diagnostics.error(object, annotation_field(key), why),
+            None => diagnostics.warning(
                 object,
                 annotation_field(key),
                 "annotation is not supported by sluice and is ignored",
-            );
+            ),
         }
     }
+}
+
+/// Why sluice will never honour an ingress-nginx annotation, for those it refuses on principle:
+/// raw nginx configuration and the WAF modules. Error-level, so `sluice check` fails on them.
+fn refusal(key: &str) -> Option<&'static str> {
+    let name = ["nginx.ingress.kubernetes.io/", "ingress.kubernetes.io/"]
+        .iter()
+        .find_map(|prefix| key.strip_prefix(prefix))?;
+    if name.ends_with("-snippet") && !name.contains("modsecurity") {
+        return Some(
+            "raw nginx configuration is not honoured and is ignored: sluice is not nginx, and snippet annotations let anyone who may edit an Ingress inject configuration into the controller (they enabled CVE-2021-25742, reading every Secret, and CVE-2025-1974, IngressNightmare); express what the snippet did with sluice's annotations, or in the application",
+        );
+    }
+    if name.contains("modsecurity") || name == "enable-owasp-core-rules" {
+        return Some(
+            "ModSecurity is not honoured and is ignored: sluice has no WAF module (ModSecurity rules are nginx-specific configuration, and modsecurity-snippet is raw nginx configuration); put a WAF in front of sluice or in the pod",
+        );
+    }
+    if name.starts_with("lua-resty-waf") {
+        return Some(
+            "lua-resty-waf is not honoured and is ignored: it is an nginx Lua module, removed from ingress-nginx itself; put a WAF in front of sluice or in the pod",
+        );
+    }
+    None
 }
 
 /// The strongest of the service-upstream `keys` set. An invalid value is a warning and counts

@@ -58,6 +58,10 @@ impl Report<'_> {
             .warning(self.object, found.field(), message);
     }
 
+    pub(crate) fn error(&mut self, found: Found<'_>, message: impl Into<String>) {
+        self.diagnostics.error(self.object, found.field(), message);
+    }
+
     pub(crate) fn info(&mut self, found: Found<'_>, message: impl Into<String>) {
         self.diagnostics.info(self.object, found.field(), message);
     }
