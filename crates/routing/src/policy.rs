@@ -65,12 +65,11 @@ impl SourceRanges {
 
     pub fn verdict(&self, client: std::net::IpAddr) -> SourceVerdict {
         let client = canonical(client);
+        let within = |ranges: &[ipnet::IpNet]| ranges.iter().any(|range| range.contains(&client));
+        let outside_allowlist = !self.allow.is_empty() && !within(&self.allow);
         if self.unreadable {
             SourceVerdict::Unavailable
-        } else if self.deny.iter().any(|range| range.contains(&client)) {
-            SourceVerdict::Forbidden
-        } else if !self.allow.is_empty() && !self.allow.iter().any(|range| range.contains(&client))
-        {
+        } else if within(&self.deny) || outside_allowlist {
             SourceVerdict::Forbidden
         } else {
             SourceVerdict::Admitted
