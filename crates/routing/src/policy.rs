@@ -358,3 +358,51 @@ impl RetryOn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranges(allow: &[&str], deny: &[&str]) -> SourceRanges {
+        let parse = |list: &[&str]| list.iter().map(|r| r.parse().expect("a CIDR")).collect();
+        SourceRanges {
+            allow: parse(allow),
+            deny: parse(deny),
+            unreadable: false,
+        }
+    }
+
+    fn ip(text: &str) -> std::net::IpAddr {
+        text.parse().expect("an address")
+    }
+
+    #[test]
+    fn deny_is_checked_before_allow_and_an_allowlist_refuses_the_rest() {
+        let both = ranges(&["10.0.0.0/8"], &["10.9.0.0/16"]);
+        assert_eq!(both.verdict(ip("10.1.2.3")), SourceVerdict::Admitted);
+        assert_eq!(both.verdict(ip("10.9.0.1")), SourceVerdict::Forbidden);
+        assert_eq!(both.verdict(ip("192.0.2.1")), SourceVerdict::Forbidden);
+        let deny_only = ranges(&[], &["192.0.2.0/24"]);
+        assert_eq!(
+            deny_only.verdict(ip("198.51.100.1")),
+            SourceVerdict::Admitted
+        );
+        assert!(!SourceRanges::default().is_set());
+    }
+
+    #[test]
+    fn an_ipv4_mapped_client_matches_ipv4_ranges_and_unreadable_ranges_admit_nobody() {
+        let v4 = ranges(&["127.0.0.0/8"], &[]);
+        assert_eq!(v4.verdict(ip("::ffff:127.0.0.1")), SourceVerdict::Admitted);
+        let v6 = ranges(&["2001:db8::/32"], &[]);
+        assert_eq!(v6.verdict(ip("2001:db8::1")), SourceVerdict::Admitted);
+        let unreadable = SourceRanges {
+            unreadable: true,
+            ..SourceRanges::default()
+        };
+        assert_eq!(
+            unreadable.verdict(ip("10.0.0.1")),
+            SourceVerdict::Unavailable
+        );
+    }
+}
