@@ -24,6 +24,7 @@ use http::request::Parts;
 use http::{response, HeaderValue, StatusCode};
 use sluice_routing::{Endpoint, RoutePolicy, SourceRanges, SourceVerdict, StickyCookie, Target};
 
+use crate::edits::{AppRoot, RouteRedirect, UpstreamHead};
 use crate::error::ProxyError;
 use crate::server::ClientInfo;
 use crate::sticky::{request_cookie, set_cookie, SessionKey};
@@ -75,6 +76,10 @@ pub(crate) trait Filter: Send + Sync {
         Ok(())
     }
 
+    /// Upstream-request phase: may change the head the endpoints get (after the forwarding
+    /// headers are set).
+    fn on_upstream_request(&self, _context: &RequestContext<'_>, _upstream: &mut Parts) {}
+
     /// Response phase: may change the response head before it goes to the client.
     fn on_response(
         &self,
@@ -104,6 +109,16 @@ impl Filters {
 
     fn build(policy: &RoutePolicy) -> Self {
         let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+        // nginx's order: the server's `app-root` rewrite, the location's `return` (a redirect
+        // annotation), then the HTTPS redirect (Lua, at the end of the rewrite phase), then
+        // the access phase (source ranges).
+        let edits = &policy.edits;
+        if let Some(root) = &edits.app_root {
+            filters.push(Box::new(AppRoot(root.clone())));
+        }
+        if let Some(redirect) = &edits.redirect {
+            filters.push(Box::new(RouteRedirect(redirect.clone())));
+        }
         let tls = &policy.tls;
         if tls.ssl_redirect || tls.force_ssl_redirect {
             filters.push(Box::new(HttpsRedirect {
@@ -115,6 +130,18 @@ impl Filters {
         }
         if let Some(cookie) = &policy.sticky {
             filters.push(Box::new(StickySession(cookie.clone())));
+        }
+        let header = |value: &Option<String>| {
+            value
+                .as_deref()
+                .and_then(|value| HeaderValue::from_str(value).ok())
+        };
+        let upstream_head = UpstreamHead {
+            host: header(&edits.upstream_vhost),
+            forwarded_prefix: header(&edits.forwarded_prefix),
+        };
+        if upstream_head.host.is_some() || upstream_head.forwarded_prefix.is_some() {
+            filters.push(Box::new(upstream_head));
         }
         if let Some(hsts) = tls
             .hsts
@@ -135,6 +162,12 @@ impl Filters {
         self.0
             .iter()
             .try_for_each(|filter| filter.on_request(context, request, proxy))
+    }
+
+    pub(crate) fn on_upstream_request(&self, context: &RequestContext<'_>, upstream: &mut Parts) {
+        for filter in &self.0 {
+            filter.on_upstream_request(context, upstream);
+        }
     }
 
     pub(crate) fn on_response(

@@ -232,6 +232,7 @@ impl Proxy {
         };
         let deadline = grpc::timeout(&parts.headers);
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
+        filters.on_upstream_request(context, &mut parts);
         if let Some(protocol) = upgrade {
             restore_upgrade_headers(&mut parts.headers, protocol);
         }

@@ -31,9 +31,52 @@ pub struct RoutePolicy {
     /// Which client addresses may use the route (`allowlist-source-range`,
     /// `denylist-source-range`).
     pub source_ranges: SourceRanges,
+    /// Redirects and changes to the request head (`temporal-redirect`, `permanent-redirect`,
+    /// `app-root`, `x-forwarded-prefix`, `upstream-vhost`).
+    pub edits: RequestEdits,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
+}
+
+/// Redirects and request-head changes of a route, from ingress-nginx's annotations.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RequestEdits {
+    /// Every request to the route is answered with this redirect.
+    pub redirect: Option<Redirect>,
+    /// A request for exactly `/` is answered 302 to this path on the same scheme and host.
+    pub app_root: Option<String>,
+    /// `X-Forwarded-Prefix` sent to the pod.
+    pub forwarded_prefix: Option<String>,
+    /// The Host sent to the pod instead of the client's.
+    pub upstream_vhost: Option<String>,
+}
+
+impl RequestEdits {
+    pub fn is_set(&self) -> bool {
+        *self != Self::default()
+    }
+}
+
+/// A redirect answered by the proxy: its status and its `Location`, with the nginx variables
+/// it may use filled in per request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Redirect {
+    pub code: u16,
+    pub location: Vec<UrlPart>,
+}
+
+/// A piece of a redirect URL.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UrlPart {
+    Text(String),
+    /// nginx's `$request_uri`: the request's path and query as the client sent them.
+    RequestUri,
+    /// nginx's `$host`: the request's host, lowercase, without a port.
+    Host,
+    /// nginx's `$scheme`: `http` or `https`, the client's connection.
+    Scheme,
 }
 
 /// Client addresses a route admits, checked against the client after trusted-proxy

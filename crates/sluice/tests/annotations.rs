@@ -127,3 +127,147 @@ async fn an_unreadable_range_is_an_error_and_its_routes_answer_503() {
     assert_eq!(get_as(&sluice, "/", None).await.status, 200);
     assert_eq!(pods[0].requests(), 1);
 }
+
+const PERMANENT: &str = "nginx.ingress.kubernetes.io/permanent-redirect";
+const TEMPORAL: &str = "nginx.ingress.kubernetes.io/temporal-redirect";
+
+/// Annotations, and the status and `Location` they give `/admin/x`.
+type RedirectCase = (&'static [(&'static str, &'static str)], (u16, &'static str));
+
+async fn location_of(sluice: &Sluice, path: &str) -> (u16, String) {
+    let reply = get_as(sluice, path, None).await;
+    let location = reply
+        .headers
+        .get("location")
+        .map(|value| value.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (reply.status.as_u16(), location)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_and_temporal_redirects_fill_in_nginx_variables_with_their_codes() {
+    let pods = pods_on(&["web"], 144, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_shop(
+        dir.path(),
+        pods[0].addr(),
+        &[(PERMANENT, "https://new.test$request_uri")],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    assert_eq!(
+        location_of(&sluice, "/admin/a?b=1").await,
+        (301, "https://new.test/admin/a?b=1".to_owned())
+    );
+    let cases: [RedirectCase; 3] = [
+        (
+            &[
+                (PERMANENT, "https://new.test/"),
+                ("nginx.ingress.kubernetes.io/permanent-redirect-code", "308"),
+            ],
+            (308, "https://new.test/"),
+        ),
+        (
+            &[(TEMPORAL, "$scheme://www.$host$request_uri")],
+            (302, "http://www.shop.test/admin/x"),
+        ),
+        (
+            // Both: the temporal one wins, as in ingress-nginx; an invalid code keeps 302.
+            &[
+                (TEMPORAL, "/elsewhere"),
+                ("nginx.ingress.kubernetes.io/temporal-redirect-code", "399"),
+                (PERMANENT, "https://new.test/"),
+            ],
+            (302, "/elsewhere"),
+        ),
+    ];
+    for (generation, (annotations, (code, location))) in (1..).zip(cases) {
+        write_shop(dir.path(), pods[0].addr(), annotations);
+        sluice.wait_for_generation_after(generation).await;
+        assert_eq!(
+            location_of(&sluice, "/admin/x").await,
+            (code, location.to_owned()),
+            "{annotations:?}"
+        );
+    }
+    let (_, report) = run_check(dir.path());
+    assert!(
+        report.contains("ignored: nginx.ingress.kubernetes.io/temporal-redirect is also set"),
+        "{report}"
+    );
+    assert!(report.contains("\"399\""), "{report}");
+    assert_eq!(pods[0].requests(), 0, "redirects never reach the pod");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_with_another_nginx_variable_is_a_warning_and_the_route_serves() {
+    let pods = pods_on(&["web"], 145, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_shop(
+        dir.path(),
+        pods[0].addr(),
+        &[(PERMANENT, "https://new.test$uri")],
+    );
+    let (_, report) = run_check(dir.path());
+    assert!(
+        report.contains("the redirect uses $uri, which sluice does not fill in"),
+        "{report}"
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    assert_eq!(location_of(&sluice, "/admin").await, (200, String::new()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_root_redirects_only_the_root_on_the_clients_scheme_and_host() {
+    let pods = pods_on(&["web"], 146, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "shop.yaml",
+        &[
+            annotated_ingress(
+                "shop",
+                "shop.test",
+                &[("/", "Prefix", "web", 80)],
+                &[("nginx.ingress.kubernetes.io/app-root", "/app1")],
+            ),
+            service("web", 80, &[pods[0].addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    assert_eq!(
+        location_of(&sluice, "/").await,
+        (302, "http://shop.test/app1".to_owned())
+    );
+    assert_eq!(location_of(&sluice, "/app1").await.0, 200);
+    assert_eq!(location_of(&sluice, "/other").await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_vhost_and_x_forwarded_prefix_reach_the_pod_byte_for_byte() {
+    let backend = sluice_testkit::RawBackend::start(support::pod_ip(147))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_shop(
+        dir.path(),
+        backend.addr(),
+        &[
+            (
+                "nginx.ingress.kubernetes.io/upstream-vhost",
+                "internal.svc:8080",
+            ),
+            ("nginx.ingress.kubernetes.io/x-forwarded-prefix", "/admin"),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    assert_eq!(get_as(&sluice, "/admin/users", None).await.status, 200);
+    let request = backend.only_request();
+    assert_eq!(request.header_values("host"), ["internal.svc:8080"]);
+    assert_eq!(request.header_values("x-forwarded-prefix"), ["/admin"]);
+    assert_eq!(request.header_values("x-forwarded-host"), ["shop.test"]);
+    // The open route keeps the client's Host.
+    assert_eq!(get_as(&sluice, "/", None).await.status, 200);
+    let requests = backend.requests();
+    assert_eq!(requests[1].header_values("host"), ["shop.test"]);
+    assert!(requests[1].header_values("x-forwarded-prefix").is_empty());
+}

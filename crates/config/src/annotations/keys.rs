@@ -48,10 +48,17 @@ pub(crate) enum Setting {
     /// The older name of `allowlist-source-range`.
     WhitelistSourceRange,
     DenylistSourceRange,
+    PermanentRedirect,
+    PermanentRedirectCode,
+    TemporalRedirect,
+    TemporalRedirectCode,
+    AppRoot,
+    XForwardedPrefix,
+    UpstreamVhost,
 }
 
 impl Setting {
-    const ALL: [Setting; 31] = [
+    const ALL: [Setting; 38] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -83,6 +90,13 @@ impl Setting {
         Self::AllowlistSourceRange,
         Self::WhitelistSourceRange,
         Self::DenylistSourceRange,
+        Self::PermanentRedirect,
+        Self::PermanentRedirectCode,
+        Self::TemporalRedirect,
+        Self::TemporalRedirectCode,
+        Self::AppRoot,
+        Self::XForwardedPrefix,
+        Self::UpstreamVhost,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -131,6 +145,13 @@ impl Setting {
             Self::AllowlistSourceRange => "allowlist-source-range",
             Self::WhitelistSourceRange => "whitelist-source-range",
             Self::DenylistSourceRange => "denylist-source-range",
+            Self::PermanentRedirect => "permanent-redirect",
+            Self::PermanentRedirectCode => "permanent-redirect-code",
+            Self::TemporalRedirect => "temporal-redirect",
+            Self::TemporalRedirectCode => "temporal-redirect-code",
+            Self::AppRoot => "app-root",
+            Self::XForwardedPrefix => "x-forwarded-prefix",
+            Self::UpstreamVhost => "upstream-vhost",
         }
     }
 
@@ -154,9 +175,17 @@ pub(crate) fn classify(key: &str) -> Option<(usize, Setting)> {
 }
 
 /// The policy annotations of one Ingress, each taken from the strongest prefix that sets it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PolicyKeys<'a> {
     slots: [Option<(usize, Found<'a>)>; Setting::ALL.len()],
+}
+
+impl Default for PolicyKeys<'_> {
+    fn default() -> Self {
+        Self {
+            slots: [None; Setting::ALL.len()],
+        }
+    }
 }
 
 impl<'a> PolicyKeys<'a> {

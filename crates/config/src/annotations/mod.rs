@@ -3,6 +3,7 @@
 mod access;
 mod affinity;
 mod balance;
+mod edits;
 mod keys;
 mod policy;
 mod retry;

@@ -4,7 +4,7 @@ use sluice_routing::{RoutePolicy, UpstreamProtocol};
 
 use super::keys::{PolicyKeys, Setting};
 use super::values::{parse_size, Report};
-use super::{access, affinity, balance, retry, tls, Annotations};
+use super::{access, affinity, balance, edits, retry, tls, Annotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 
 /// What an Ingress's policy annotations ask of its routes, before each Service has its say.
@@ -58,6 +58,7 @@ pub(crate) fn ingress_policy(
         ),
         tls: tls::tls_policy(&keys, annotations, &mut report),
         source_ranges: access::source_ranges(&keys, &mut report),
+        edits: edits::request_edits(&keys, &mut report),
         ..RoutePolicy::default()
     };
     let backend_protocol = tls::backend_protocol(&keys, &mut report);

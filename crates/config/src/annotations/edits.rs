@@ -1,0 +1,193 @@
+//! `temporal-redirect`, `permanent-redirect` (with their codes), `app-root`, `x-forwarded-prefix` and `upstream-vhost`: redirects and request-head changes with ingress-nginx's meaning.
+
+use sluice_routing::{Redirect, RequestEdits, UrlPart};
+
+use super::keys::{PolicyKeys, Setting};
+use super::values::{Found, Report};
+
+/// The nginx variables a redirect URL may use, as ingress-nginx's users write them.
+const VARIABLES: [(&str, UrlPart); 3] = [
+    ("request_uri", UrlPart::RequestUri),
+    ("host", UrlPart::Host),
+    ("scheme", UrlPart::Scheme),
+];
+
+pub(crate) fn request_edits(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> RequestEdits {
+    RequestEdits {
+        redirect: redirect(keys, report),
+        app_root: report.parse(
+            keys.get(Setting::AppRoot),
+            "a path that starts with / (such as /app1)",
+            "requests for / are not redirected",
+            |value| valid_path(value).then(|| value.to_owned()),
+        ),
+        forwarded_prefix: report.parse(
+            keys.get(Setting::XForwardedPrefix),
+            "a header value (visible ASCII)",
+            "no X-Forwarded-Prefix is sent",
+            |value| header_safe(value).then(|| value.to_owned()),
+        ),
+        upstream_vhost: report.parse(
+            keys.get(Setting::UpstreamVhost),
+            "a host name, optionally with a port",
+            "the client's Host is sent",
+            |value| host_like(value).then(|| value.to_owned()),
+        ),
+    }
+}
+
+/// `temporal-redirect` wins over `permanent-redirect`, as in ingress-nginx (which reads the
+/// temporal one first).
+fn redirect(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<Redirect> {
+    let temporal = keys.get(Setting::TemporalRedirect);
+    let permanent = keys.get(Setting::PermanentRedirect);
+    if let (Some(temporal), Some(permanent)) = (temporal, permanent) {
+        let message = format!("ignored: {} is also set and takes precedence", temporal.key);
+        report.warning(permanent, message);
+    }
+    let (found, code_key, default) = match (temporal, permanent) {
+        (Some(found), _) => (found, Setting::TemporalRedirectCode, 302),
+        (None, Some(found)) => (found, Setting::PermanentRedirectCode, 301),
+        (None, None) => return None,
+    };
+    let location = location(found, report)?;
+    let code = report
+        .parse(
+            keys.get(code_key),
+            "a redirect status from 300 to 308",
+            &format!("{default} is used"),
+            |value| {
+                value
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|code| (300..=308).contains(code))
+            },
+        )
+        .unwrap_or(default);
+    Some(Redirect { code, location })
+}
+
+/// The URL as parts; `None` (with a warning) for an unknown variable or a URL that is neither
+/// absolute nor a path.
+fn location(found: Found<'_>, report: &mut Report<'_>) -> Option<Vec<UrlPart>> {
+    let mut parts = Vec::new();
+    let mut text = String::new();
+    let mut rest = found.value.trim();
+    while let Some(dollar) = rest.find('$') {
+        text.push_str(&rest[..dollar]);
+        let after = &rest[dollar + 1..];
+        let name_end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        let name = &after[..name_end];
+        let Some((_, part)) = VARIABLES.iter().find(|(known, _)| *known == name) else {
+            let message = format!(
+                "the redirect uses ${name}, which sluice does not fill in (only $request_uri, $host and $scheme); the redirect is ignored"
+            );
+            report.warning(found, message);
+            return None;
+        };
+        if !text.is_empty() {
+            parts.push(UrlPart::Text(std::mem::take(&mut text)));
+        }
+        parts.push(part.clone());
+        rest = &after[name_end..];
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        parts.push(UrlPart::Text(text));
+    }
+    if !valid_target(&parts) {
+        let message = format!(
+            "invalid value {:?}: expected an absolute URL (https://example.com/path) or a path, which may use $request_uri, $host and $scheme; the redirect is ignored",
+            found.value
+        );
+        report.warning(found, message);
+        return None;
+    }
+    Some(parts)
+}
+
+/// Whether the URL, with sample values for its variables, is an absolute URL or a path that
+/// can stand in a `Location` header.
+fn valid_target(parts: &[UrlPart]) -> bool {
+    let sample: String = parts
+        .iter()
+        .map(|part| match part {
+            UrlPart::Text(text) => text.as_str(),
+            UrlPart::RequestUri => "/path?query",
+            UrlPart::Host => "example.com",
+            UrlPart::Scheme => "https",
+        })
+        .collect();
+    let Ok(uri) = http::Uri::try_from(sample.as_str()) else {
+        return false;
+    };
+    let absolute = uri.scheme().is_some() && uri.host().is_some();
+    (absolute || sample.starts_with('/')) && http::HeaderValue::try_from(sample).is_ok()
+}
+
+fn valid_path(value: &str) -> bool {
+    value.starts_with('/') && http::uri::PathAndQuery::try_from(value).is_ok()
+}
+
+fn header_safe(value: &str) -> bool {
+    !value.is_empty() && value.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
+fn host_like(value: &str) -> bool {
+    !value.is_empty() && http::uri::Authority::try_from(value).is_ok() && !value.contains('@')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostic::{Diagnostics, ObjectRef};
+
+    fn parsed(value: &str) -> (Option<Vec<UrlPart>>, Diagnostics) {
+        let object = ObjectRef::new("Ingress", Some("default"), "web");
+        let mut diagnostics = Diagnostics::default();
+        let mut report = Report {
+            object: &object,
+            diagnostics: &mut diagnostics,
+        };
+        let found = Found {
+            key: "nginx.ingress.kubernetes.io/permanent-redirect",
+            value,
+        };
+        (location(found, &mut report), diagnostics)
+    }
+
+    #[test]
+    fn variables_become_parts_and_text_stays_text() {
+        let (parts, _) = parsed("$scheme://www.$host$request_uri");
+        assert_eq!(
+            parts,
+            Some(vec![
+                UrlPart::Scheme,
+                UrlPart::Text("://www.".into()),
+                UrlPart::Host,
+                UrlPart::RequestUri,
+            ])
+        );
+        let (parts, _) = parsed("https://example.com/new");
+        assert_eq!(
+            parts,
+            Some(vec![UrlPart::Text("https://example.com/new".into())])
+        );
+    }
+
+    #[test]
+    fn unknown_variables_and_bad_urls_are_ignored_with_a_warning() {
+        for bad in [
+            "https://x.test$uri",
+            "not a url",
+            "ftp:/broken",
+            "example.com/x",
+        ] {
+            let (parts, diagnostics) = parsed(bad);
+            assert_eq!(parts, None, "{bad}");
+            assert_eq!(diagnostics.into_vec().len(), 1, "{bad}");
+        }
+    }
+}
