@@ -1,9 +1,9 @@
-//! Request filters for ingress-nginx's redirect and rewrite annotations: `app-root`, the route's redirect, and the Host and `X-Forwarded-Prefix` the pod gets.
+//! Filters for ingress-nginx's redirect and rewrite annotations and sluice's header annotations: `app-root`, the route's redirect, the headers the pod gets and the headers the client gets.
 
 use http::header::HOST;
 use http::request::Parts;
-use http::{HeaderName, HeaderValue, StatusCode};
-use sluice_routing::{Redirect, UrlPart};
+use http::{response, HeaderName, HeaderValue, StatusCode};
+use sluice_routing::{Redirect, RequestEdits, UrlPart};
 
 use crate::error::ProxyError;
 use crate::headers::host_without_port;
@@ -55,21 +55,68 @@ impl Filter for AppRoot {
     }
 }
 
-/// `upstream-vhost` and `x-forwarded-prefix`: the Host and `X-Forwarded-Prefix` the pod gets.
-pub(crate) struct UpstreamHead {
-    pub(crate) host: Option<HeaderValue>,
-    pub(crate) forwarded_prefix: Option<HeaderValue>,
+/// `upstream-vhost`, `x-forwarded-prefix` and `sluice.dev/request-headers`: the Host,
+/// `X-Forwarded-Prefix` and other headers the pod gets.
+pub(crate) struct UpstreamHead(Vec<(HeaderName, HeaderValue)>);
+
+impl UpstreamHead {
+    /// The filter for `edits`, or `None` when it sets no request header.
+    pub(crate) fn of(edits: &RequestEdits) -> Option<Self> {
+        let mut headers = named(&edits.request_headers);
+        if let Some(prefix) = edits.forwarded_prefix.as_deref().and_then(value) {
+            headers.push((X_FORWARDED_PREFIX, prefix));
+        }
+        if let Some(host) = edits.upstream_vhost.as_deref().and_then(value) {
+            headers.push((HOST, host));
+        }
+        (!headers.is_empty()).then_some(Self(headers))
+    }
 }
 
 impl Filter for UpstreamHead {
     fn on_upstream_request(&self, _context: &RequestContext<'_>, upstream: &mut Parts) {
-        if let Some(host) = &self.host {
-            upstream.headers.insert(HOST, host.clone());
-        }
-        if let Some(prefix) = &self.forwarded_prefix {
-            upstream.headers.insert(X_FORWARDED_PREFIX, prefix.clone());
+        for (name, value) in &self.0 {
+            upstream.headers.insert(name.clone(), value.clone());
         }
     }
+}
+
+/// `sluice.dev/response-headers`: headers set on every response of the route, replacing the
+/// pod's under the same names (as nginx's `more_set_headers`).
+pub(crate) struct ResponseHeaders(Vec<(HeaderName, HeaderValue)>);
+
+impl ResponseHeaders {
+    pub(crate) fn of(edits: &RequestEdits) -> Option<Self> {
+        let headers = named(&edits.response_headers);
+        (!headers.is_empty()).then_some(Self(headers))
+    }
+}
+
+impl Filter for ResponseHeaders {
+    fn on_response(
+        &self,
+        _context: &RequestContext<'_>,
+        response: &mut response::Parts,
+        _proxy: &ProxyScope<'_>,
+    ) {
+        for (name, value) in &self.0 {
+            response.headers.insert(name.clone(), value.clone());
+        }
+    }
+}
+
+/// Headers as the compiler checked them (any that no longer parse are skipped).
+fn named(headers: &[(String, String)]) -> Vec<(HeaderName, HeaderValue)> {
+    headers
+        .iter()
+        .filter_map(|(name, text)| {
+            Some((HeaderName::from_bytes(name.as_bytes()).ok()?, value(text)?))
+        })
+        .collect()
+}
+
+fn value(text: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(text).ok()
 }
 
 fn redirect(code: u16, location: String) -> Result<(), ProxyError> {

@@ -24,7 +24,7 @@ use http::request::Parts;
 use http::{response, HeaderValue, StatusCode};
 use sluice_routing::{Endpoint, RoutePolicy, SourceRanges, SourceVerdict, StickyCookie, Target};
 
-use crate::edits::{AppRoot, RouteRedirect, UpstreamHead};
+use crate::edits::{AppRoot, ResponseHeaders, RouteRedirect, UpstreamHead};
 use crate::error::ProxyError;
 use crate::server::ClientInfo;
 use crate::sticky::{request_cookie, set_cookie, SessionKey};
@@ -131,17 +131,11 @@ impl Filters {
         if let Some(cookie) = &policy.sticky {
             filters.push(Box::new(StickySession(cookie.clone())));
         }
-        let header = |value: &Option<String>| {
-            value
-                .as_deref()
-                .and_then(|value| HeaderValue::from_str(value).ok())
-        };
-        let upstream_head = UpstreamHead {
-            host: header(&edits.upstream_vhost),
-            forwarded_prefix: header(&edits.forwarded_prefix),
-        };
-        if upstream_head.host.is_some() || upstream_head.forwarded_prefix.is_some() {
+        if let Some(upstream_head) = UpstreamHead::of(edits) {
             filters.push(Box::new(upstream_head));
+        }
+        if let Some(response_headers) = ResponseHeaders::of(edits) {
+            filters.push(Box::new(response_headers));
         }
         if let Some(hsts) = tls
             .hsts

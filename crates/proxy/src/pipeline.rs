@@ -173,8 +173,11 @@ impl Proxy {
             Some(target) => metrics.route(target),
             None => metrics.unrouted(),
         };
+        let quiet = context
+            .target
+            .is_some_and(|target| target.policy.access_log_off);
         let log = match (&self.access_log, measure.record) {
-            (Some(sink), Some(mut record)) => {
+            (Some(sink), Some(mut record)) if !quiet => {
                 record.status = response.status().as_u16();
                 record.host = context.host.clone();
                 record.upstream = context.endpoint.clone().or_else(|| context.tried.clone());

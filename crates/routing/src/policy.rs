@@ -31,9 +31,12 @@ pub struct RoutePolicy {
     /// Which client addresses may use the route (`allowlist-source-range`,
     /// `denylist-source-range`).
     pub source_ranges: SourceRanges,
-    /// Redirects and changes to the request head (`temporal-redirect`, `permanent-redirect`,
-    /// `app-root`, `x-forwarded-prefix`, `upstream-vhost`).
+    /// Redirects and changes to the request and response heads (`temporal-redirect`,
+    /// `permanent-redirect`, `app-root`, `x-forwarded-prefix`, `upstream-vhost`,
+    /// `sluice.dev/request-headers`, `sluice.dev/response-headers`).
     pub edits: RequestEdits,
+    /// The route's requests are left out of the access log (`enable-access-log: "false"`).
+    pub access_log_off: bool,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
@@ -50,6 +53,11 @@ pub struct RequestEdits {
     pub forwarded_prefix: Option<String>,
     /// The Host sent to the pod instead of the client's.
     pub upstream_vhost: Option<String>,
+    /// Headers set on the request to the pod (`sluice.dev/request-headers`), replacing any
+    /// the client sent under those names.
+    pub request_headers: Vec<(String, String)>,
+    /// Headers set on the response to the client (`sluice.dev/response-headers`).
+    pub response_headers: Vec<(String, String)>,
 }
 
 impl RequestEdits {

@@ -271,3 +271,80 @@ async fn upstream_vhost_and_x_forwarded_prefix_reach_the_pod_byte_for_byte() {
     assert_eq!(requests[1].header_values("host"), ["shop.test"]);
     assert!(requests[1].header_values("x-forwarded-prefix").is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_header_annotations_set_request_and_response_headers() {
+    let backend = sluice_testkit::RawBackend::start(support::pod_ip(148))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_shop(
+        dir.path(),
+        backend.addr(),
+        &[
+            (
+                "sluice.dev/request-headers",
+                "X-Team: shop\nX-Client: replaced\nnot a header",
+            ),
+            (
+                "sluice.dev/response-headers",
+                "X-Frame-Options: DENY\nCache-Control: no-store",
+            ),
+        ],
+    );
+    let (_, report) = run_check(dir.path());
+    assert!(
+        report.contains("the line \"not a header\" is not a header (Name: value)"),
+        "{report}"
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let reply = send(
+        &http_client(),
+        Method::GET,
+        &sluice.url("/admin"),
+        "shop.test",
+        &[("x-client", "from the client")],
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.headers["x-frame-options"], "DENY");
+    assert_eq!(reply.headers["cache-control"], "no-store");
+    let request = backend.only_request();
+    assert_eq!(request.header_values("x-team"), ["shop"]);
+    assert_eq!(request.header_values("x-client"), ["replaced"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_access_log_false_leaves_the_ingress_out_of_the_access_log() {
+    let pods = pods_on(&["web"], 149, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_shop(
+        dir.path(),
+        pods[0].addr(),
+        &[("nginx.ingress.kubernetes.io/enable-access-log", "false")],
+    );
+    let log = dir.path().join("access.log");
+    let sluice = Sluice::start(
+        dir.path(),
+        &[
+            "--access-log",
+            "json",
+            "--access-log-file",
+            log.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(get_as(&sluice, "/admin/quiet", None).await.status, 200);
+    assert_eq!(get_as(&sluice, "/logged", None).await.status, 200);
+    support::wait_until(
+        "the logged line",
+        std::time::Duration::from_secs(5),
+        || async { std::fs::read_to_string(&log).is_ok_and(|text| text.contains("/logged")) },
+    )
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(!text.contains("/admin/quiet"));
+}

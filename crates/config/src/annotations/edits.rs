@@ -33,7 +33,36 @@ pub(crate) fn request_edits(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> R
             "the client's Host is sent",
             |value| host_like(value).then(|| value.to_owned()),
         ),
+        request_headers: header_lines(keys.get(Setting::RequestHeaders), report),
+        response_headers: header_lines(keys.get(Setting::ResponseHeaders), report),
     }
+}
+
+/// `Name: value` lines (blank lines skipped). A line that is not a valid header is a warning
+/// naming it, and only that line is dropped.
+fn header_lines(found: Option<Found<'_>>, report: &mut Report<'_>) -> Vec<(String, String)> {
+    let Some(found) = found else {
+        return Vec::new();
+    };
+    let mut headers = Vec::new();
+    for line in found.value.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let parsed = line.split_once(':').and_then(|(name, value)| {
+            let name = http::HeaderName::from_bytes(name.trim().as_bytes()).ok()?;
+            let value = value.trim();
+            http::HeaderValue::from_str(value).ok()?;
+            Some((name.as_str().to_owned(), value.to_owned()))
+        });
+        match parsed {
+            Some(header) => headers.push(header),
+            None => {
+                let message = format!(
+                    "the line {line:?} is not a header (Name: value); it is ignored, the other lines apply"
+                );
+                report.warning(found, message);
+            }
+        }
+    }
+    headers
 }
 
 /// `temporal-redirect` wins over `permanent-redirect`, as in ingress-nginx (which reads the

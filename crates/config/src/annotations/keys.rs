@@ -55,10 +55,15 @@ pub(crate) enum Setting {
     AppRoot,
     XForwardedPrefix,
     UpstreamVhost,
+    EnableAccessLog,
+    /// sluice's own; read under `sluice.dev/` only.
+    RequestHeaders,
+    /// sluice's own; read under `sluice.dev/` only.
+    ResponseHeaders,
 }
 
 impl Setting {
-    const ALL: [Setting; 38] = [
+    const ALL: [Setting; 41] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -97,6 +102,9 @@ impl Setting {
         Self::AppRoot,
         Self::XForwardedPrefix,
         Self::UpstreamVhost,
+        Self::EnableAccessLog,
+        Self::RequestHeaders,
+        Self::ResponseHeaders,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -152,6 +160,9 @@ impl Setting {
             Self::AppRoot => "app-root",
             Self::XForwardedPrefix => "x-forwarded-prefix",
             Self::UpstreamVhost => "upstream-vhost",
+            Self::EnableAccessLog => "enable-access-log",
+            Self::RequestHeaders => "request-headers",
+            Self::ResponseHeaders => "response-headers",
         }
     }
 
@@ -161,7 +172,10 @@ impl Setting {
 
     /// sluice's own names, read under `sluice.dev/` only.
     fn sluice_only(self) -> bool {
-        matches!(self, Self::PerTryTimeout | Self::Hsts)
+        matches!(
+            self,
+            Self::PerTryTimeout | Self::Hsts | Self::RequestHeaders | Self::ResponseHeaders
+        )
     }
 }
 

@@ -3,7 +3,7 @@
 use sluice_routing::{RoutePolicy, UpstreamProtocol};
 
 use super::keys::{PolicyKeys, Setting};
-use super::values::{parse_size, Report};
+use super::values::{parse_bool, parse_size, Report};
 use super::{access, affinity, balance, edits, retry, tls, Annotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 
@@ -59,6 +59,14 @@ pub(crate) fn ingress_policy(
         tls: tls::tls_policy(&keys, annotations, &mut report),
         source_ranges: access::source_ranges(&keys, &mut report),
         edits: edits::request_edits(&keys, &mut report),
+        access_log_off: report
+            .parse(
+                keys.get(Setting::EnableAccessLog),
+                "true or false",
+                "the access log keeps the Ingress's requests",
+                parse_bool,
+            )
+            .is_some_and(|enabled| !enabled),
         ..RoutePolicy::default()
     };
     let backend_protocol = tls::backend_protocol(&keys, &mut report);
