@@ -38,6 +38,9 @@ pub enum ProxyError {
     Forbidden,
     #[error("the route's access rules could not be read")]
     RouteDenied,
+    /// A CORS preflight from an allowed origin, answered with these headers.
+    #[error("CORS preflight answered")]
+    Preflight(Box<http::HeaderMap>),
     #[error("redirected to {location:?}")]
     Redirect {
         status: StatusCode,
@@ -62,6 +65,7 @@ impl ProxyError {
             Self::ClientCertificate { .. } => StatusCode::BAD_REQUEST,
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::RouteDenied => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Preflight(_) => StatusCode::NO_CONTENT,
             Self::Redirect { status, .. } => *status,
         }
     }
@@ -85,6 +89,7 @@ impl ProxyError {
             Self::ClientCertificate { sent: true } => "400 the SSL certificate error\n",
             Self::Forbidden => "403 forbidden\n",
             Self::RouteDenied => "503 service unavailable\n",
+            Self::Preflight(_) => "",
             Self::Redirect { .. } => "redirecting\n",
         }
     }

@@ -67,6 +67,7 @@ fn status_of(error: &ProxyError) -> u8 {
         | ProxyError::ConnectTimeout
         | ProxyError::Misdirected
         | ProxyError::RouteDenied
+        | ProxyError::Preflight(_)
         | ProxyError::Redirect { .. } => UNAVAILABLE,
     }
 }

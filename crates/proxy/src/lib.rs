@@ -10,6 +10,7 @@ mod attempt;
 mod balance;
 mod body;
 mod budget;
+mod cors;
 mod edits;
 mod error;
 mod forwarded;

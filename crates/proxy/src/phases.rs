@@ -24,6 +24,7 @@ use http::request::Parts;
 use http::{response, HeaderValue, StatusCode};
 use sluice_routing::{Endpoint, RoutePolicy, SourceRanges, SourceVerdict, StickyCookie, Target};
 
+use crate::cors::CorsFilter;
 use crate::edits::{AppRoot, ResponseHeaders, RouteRedirect, UpstreamHead};
 use crate::error::ProxyError;
 use crate::server::ClientInfo;
@@ -53,6 +54,9 @@ pub(crate) struct RequestContext<'r> {
     pub(crate) upstream_status: Option<StatusCode>,
     /// Attempts made to endpoints (0 when the proxy answered before choosing one).
     pub(crate) attempts: u32,
+    /// The `Access-Control-Allow-Origin` the response gets, set by the CORS filter for an
+    /// allowed origin.
+    pub(crate) cors_origin: Option<HeaderValue>,
 }
 
 /// What the phases may use from the proxy as a whole.
@@ -127,6 +131,9 @@ impl Filters {
         }
         if policy.source_ranges.is_set() {
             filters.push(Box::new(SourceRangeCheck(policy.source_ranges.clone())));
+        }
+        if let Some(cors) = &policy.cors {
+            filters.push(Box::new(CorsFilter::new(cors)));
         }
         if let Some(cookie) = &policy.sticky {
             filters.push(Box::new(StickySession(cookie.clone())));

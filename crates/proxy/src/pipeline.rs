@@ -133,6 +133,7 @@ impl Proxy {
             tried: None,
             upstream_status: None,
             attempts: 0,
+            cors_origin: None,
         };
         // Boxed: the forwarding future is large (4.8 KB), and hyper keeps the handler's
         // future in a per-connection box while the connection lives. Boxing it here makes
@@ -143,7 +144,11 @@ impl Proxy {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(client = %client.client, %error, source = ?std::error::Error::source(&error), "answered by proxy");
-                match grpc_call && !matches!(error, ProxyError::Redirect { .. }) {
+                let answered_as_http = matches!(
+                    error,
+                    ProxyError::Redirect { .. } | ProxyError::Preflight(_)
+                );
+                match grpc_call && !answered_as_http {
                     true => grpc::error_response(&error, Either::Right(Full::new(Bytes::new()))),
                     false => error_response(&error),
                 }
@@ -501,8 +506,16 @@ fn error_response(error: &ProxyError) -> Response<ProxyBody> {
     if error.closes_connection() {
         headers.insert(CONNECTION, HeaderValue::from_static("close"));
     }
-    if let ProxyError::Redirect { location, .. } = error {
-        headers.insert(LOCATION, location.clone());
+    match error {
+        ProxyError::Redirect { location, .. } => {
+            headers.insert(LOCATION, location.clone());
+        }
+        ProxyError::Preflight(cors) => {
+            for (name, value) in cors.iter() {
+                headers.insert(name.clone(), value.clone());
+            }
+        }
+        _ => {}
     }
     response
 }

@@ -22,9 +22,9 @@ pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};
 pub use path::{PathKind, PathMatch};
 pub use policy::{
-    Balancer, HashKey, Listeners, Redirect, RequestEdits, RetryOn, RetryPolicy, RoutePolicy,
-    SameSite, SourceRanges, SourceVerdict, StickyCookie, TlsPolicy, UpstreamProtocol, UpstreamTls,
-    UrlPart,
+    Balancer, Cors, HashKey, Listeners, OriginPattern, Redirect, RequestEdits, RetryOn,
+    RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict, StickyCookie, TlsPolicy,
+    UpstreamProtocol, UpstreamTls, UrlPart,
 };
 pub use table::{BackendIndex, Route, RoutingTable, TableBuilder, Target};
 pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};

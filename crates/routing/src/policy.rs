@@ -37,6 +37,8 @@ pub struct RoutePolicy {
     pub edits: RequestEdits,
     /// The route's requests are left out of the access log (`enable-access-log: "false"`).
     pub access_log_off: bool,
+    /// Cross-origin resource sharing (`enable-cors` and the `cors-*` annotations).
+    pub cors: Option<Cors>,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
@@ -85,6 +87,86 @@ pub enum UrlPart {
     Host,
     /// nginx's `$scheme`: `http` or `https`, the client's connection.
     Scheme,
+}
+
+/// CORS as ingress-nginx configures it: which origins get the `Access-Control-*` headers,
+/// and what those headers say.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Cors {
+    /// `None`: any origin (`*`, answered as `Access-Control-Allow-Origin: *`).
+    pub origins: Option<Vec<OriginPattern>>,
+    pub allow_methods: String,
+    pub allow_headers: String,
+    pub expose_headers: Option<String>,
+    pub allow_credentials: bool,
+    pub max_age: u64,
+}
+
+/// An allowed origin: scheme, host and optional port, where the host may start with `*.`
+/// (exactly one more label, as ingress-nginx's wildcard origins match).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OriginPattern {
+    pub scheme: String,
+    /// Lowercase; without the `*.` of a wildcard.
+    pub host: String,
+    pub wildcard: bool,
+    pub port: Option<u16>,
+}
+
+impl OriginPattern {
+    /// Parses `https://app.example.com`, `http://localhost:3000` or `https://*.example.com`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (scheme, rest) = text.trim().split_once("://")?;
+        if !matches!(scheme, "http" | "https") || rest.contains('/') || rest.is_empty() {
+            return None;
+        }
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port.parse().ok()?)),
+            None => (rest, None),
+        };
+        let (wildcard, host) = match host.strip_prefix("*.") {
+            Some(suffix) => (true, suffix),
+            None => (false, host),
+        };
+        let label_ok = |label: &str| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        if !host.split('.').all(label_ok) {
+            return None;
+        }
+        Some(Self {
+            scheme: scheme.to_owned(),
+            host: host.to_ascii_lowercase(),
+            wildcard,
+            port,
+        })
+    }
+
+    /// Whether the request's `Origin` header value is this origin.
+    pub fn matches(&self, origin: &str) -> bool {
+        let Some(pattern) = Self::parse_exact(origin) else {
+            return false;
+        };
+        if pattern.scheme != self.scheme || pattern.port != self.port {
+            return false;
+        }
+        match self.wildcard {
+            false => pattern.host == self.host,
+            true => pattern
+                .host
+                .strip_suffix(&self.host)
+                .and_then(|label| label.strip_suffix('.'))
+                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+        }
+    }
+
+    /// An `Origin` value as a pattern; a wildcard is never an origin.
+    fn parse_exact(origin: &str) -> Option<Self> {
+        Self::parse(origin).filter(|pattern| !pattern.wildcard)
+    }
 }
 
 /// Client addresses a route admits, checked against the client after trusted-proxy

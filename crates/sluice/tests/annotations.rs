@@ -348,3 +348,117 @@ async fn enable_access_log_false_leaves_the_ingress_out_of_the_access_log() {
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(!text.contains("/admin/quiet"));
 }
+
+async fn with_origin(sluice: &Sluice, method: Method, origin: &str) -> Reply {
+    send(
+        &http_client(),
+        method,
+        &sluice.url("/admin/api"),
+        "shop.test",
+        &[("origin", origin), ("access-control-request-method", "PUT")],
+        Bytes::new(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_answers_an_allowed_preflight_itself_and_gives_other_origins_nothing() {
+    let pods = pods_on(&["web"], 150, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_shop(
+        dir.path(),
+        pods[0].addr(),
+        &[
+            ("nginx.ingress.kubernetes.io/enable-cors", "true"),
+            (
+                "nginx.ingress.kubernetes.io/cors-allow-origin",
+                "https://app.test, https://*.example.com",
+            ),
+            ("nginx.ingress.kubernetes.io/cors-expose-headers", "X-Total"),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let preflight = with_origin(&sluice, Method::OPTIONS, "https://ui.example.com").await;
+    assert_eq!(preflight.status, 204);
+    let header = |reply: &Reply, name: &str| {
+        reply
+            .headers
+            .get(name)
+            .map(|value| value.to_str().unwrap().to_owned())
+    };
+    let expected = [
+        ("access-control-allow-origin", "https://ui.example.com"),
+        ("access-control-allow-credentials", "true"),
+        ("access-control-allow-methods", "GET, PUT, POST, DELETE, PATCH, OPTIONS"),
+        ("access-control-allow-headers", "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization"),
+        ("access-control-expose-headers", "X-Total"),
+        ("access-control-max-age", "1728000"),
+    ];
+    for (name, value) in expected {
+        assert_eq!(header(&preflight, name).as_deref(), Some(value), "{name}");
+    }
+    assert_eq!(pods[0].requests(), 0, "the preflight never reached the pod");
+    // An allowed origin's request goes to the pod and comes back with the headers.
+    let allowed = with_origin(&sluice, Method::GET, "https://app.test").await;
+    assert_eq!(allowed.status, 200);
+    assert_eq!(
+        header(&allowed, "access-control-allow-origin").as_deref(),
+        Some("https://app.test")
+    );
+    // Another origin: no CORS header, and its OPTIONS is the pod's to answer.
+    for origin in [
+        "https://evil.test",
+        "https://a.b.example.com",
+        "http://app.test",
+    ] {
+        let refused = with_origin(&sluice, Method::GET, origin).await;
+        assert_eq!(refused.status, 200);
+        assert_eq!(
+            header(&refused, "access-control-allow-origin"),
+            None,
+            "{origin}"
+        );
+    }
+    let before = pods[0].requests();
+    let options = with_origin(&sluice, Method::OPTIONS, "https://evil.test").await;
+    assert_eq!(header(&options, "access-control-allow-origin"), None);
+    assert_eq!(pods[0].requests(), before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_defaults_to_any_origin_and_cors_settings_without_enable_cors_warn() {
+    let pods = pods_on(&["web"], 151, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_shop(
+        dir.path(),
+        pods[0].addr(),
+        &[
+            ("nginx.ingress.kubernetes.io/enable-cors", "true"),
+            (
+                "nginx.ingress.kubernetes.io/cors-allow-credentials",
+                "false",
+            ),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let reply = with_origin(&sluice, Method::GET, "https://anyone.test").await;
+    assert_eq!(reply.headers["access-control-allow-origin"], "*");
+    assert!(reply
+        .headers
+        .get("access-control-allow-credentials")
+        .is_none());
+    write_shop(
+        dir.path(),
+        pods[0].addr(),
+        &[(
+            "nginx.ingress.kubernetes.io/cors-allow-origin",
+            "https://app.test",
+        )],
+    );
+    let (_, report) = run_check(dir.path());
+    assert!(
+        report.contains("cors-allow-origin]: ignored: enable-cors is not \"true\""),
+        "{report}"
+    );
+}

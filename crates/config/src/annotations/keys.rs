@@ -60,10 +60,17 @@ pub(crate) enum Setting {
     RequestHeaders,
     /// sluice's own; read under `sluice.dev/` only.
     ResponseHeaders,
+    EnableCors,
+    CorsAllowOrigin,
+    CorsAllowMethods,
+    CorsAllowHeaders,
+    CorsExposeHeaders,
+    CorsAllowCredentials,
+    CorsMaxAge,
 }
 
 impl Setting {
-    const ALL: [Setting; 41] = [
+    const ALL: [Setting; 48] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -105,6 +112,13 @@ impl Setting {
         Self::EnableAccessLog,
         Self::RequestHeaders,
         Self::ResponseHeaders,
+        Self::EnableCors,
+        Self::CorsAllowOrigin,
+        Self::CorsAllowMethods,
+        Self::CorsAllowHeaders,
+        Self::CorsExposeHeaders,
+        Self::CorsAllowCredentials,
+        Self::CorsMaxAge,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -163,6 +177,13 @@ impl Setting {
             Self::EnableAccessLog => "enable-access-log",
             Self::RequestHeaders => "request-headers",
             Self::ResponseHeaders => "response-headers",
+            Self::EnableCors => "enable-cors",
+            Self::CorsAllowOrigin => "cors-allow-origin",
+            Self::CorsAllowMethods => "cors-allow-methods",
+            Self::CorsAllowHeaders => "cors-allow-headers",
+            Self::CorsExposeHeaders => "cors-expose-headers",
+            Self::CorsAllowCredentials => "cors-allow-credentials",
+            Self::CorsMaxAge => "cors-max-age",
         }
     }
 

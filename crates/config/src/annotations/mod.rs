@@ -3,6 +3,7 @@
 mod access;
 mod affinity;
 mod balance;
+mod cors;
 mod edits;
 mod keys;
 mod policy;

@@ -4,7 +4,7 @@ use sluice_routing::{RoutePolicy, UpstreamProtocol};
 
 use super::keys::{PolicyKeys, Setting};
 use super::values::{parse_bool, parse_size, Report};
-use super::{access, affinity, balance, edits, retry, tls, Annotations};
+use super::{access, affinity, balance, cors, edits, retry, tls, Annotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 
 /// What an Ingress's policy annotations ask of its routes, before each Service has its say.
@@ -59,6 +59,7 @@ pub(crate) fn ingress_policy(
         tls: tls::tls_policy(&keys, annotations, &mut report),
         source_ranges: access::source_ranges(&keys, &mut report),
         edits: edits::request_edits(&keys, &mut report),
+        cors: cors::cors(&keys, &mut report),
         access_log_off: report
             .parse(
                 keys.get(Setting::EnableAccessLog),

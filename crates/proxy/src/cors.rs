@@ -1,0 +1,100 @@
+//! CORS as ingress-nginx answers it: an allowed origin's preflight is answered by the proxy with 204 and never reaches a pod, and the route's other responses to an allowed origin carry the `Access-Control-*` headers; any other origin gets none.
+
+use http::header::{
+    ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, ORIGIN,
+};
+use http::request::Parts;
+use http::{response, HeaderMap, HeaderValue, Method};
+use sluice_routing::Cors;
+
+use crate::error::ProxyError;
+use crate::phases::{Filter, ProxyScope, RequestContext};
+
+/// A route's CORS settings with their header values built once.
+pub(crate) struct CorsFilter {
+    cors: Cors,
+    /// Every `Access-Control-*` header but the origin, the same for every request.
+    fixed: HeaderMap,
+}
+
+impl CorsFilter {
+    pub(crate) fn new(cors: &Cors) -> Self {
+        let mut fixed = HeaderMap::new();
+        let mut put = |name, text: &str| {
+            if let Ok(value) = HeaderValue::from_str(text) {
+                fixed.insert(name, value);
+            }
+        };
+        if cors.allow_credentials {
+            put(ACCESS_CONTROL_ALLOW_CREDENTIALS, "true");
+        }
+        put(ACCESS_CONTROL_ALLOW_METHODS, &cors.allow_methods);
+        put(ACCESS_CONTROL_ALLOW_HEADERS, &cors.allow_headers);
+        if let Some(expose) = &cors.expose_headers {
+            put(ACCESS_CONTROL_EXPOSE_HEADERS, expose);
+        }
+        put(ACCESS_CONTROL_MAX_AGE, &cors.max_age.to_string());
+        Self {
+            cors: cors.clone(),
+            fixed,
+        }
+    }
+
+    /// The `Access-Control-Allow-Origin` for a request from `origin`, when it is allowed.
+    fn allow_origin(&self, origin: &HeaderValue) -> Option<HeaderValue> {
+        match &self.cors.origins {
+            None => Some(HeaderValue::from_static("*")),
+            Some(patterns) => {
+                let text = origin.to_str().ok()?;
+                patterns
+                    .iter()
+                    .any(|pattern| pattern.matches(text))
+                    .then(|| origin.clone())
+            }
+        }
+    }
+
+    fn headers_for(&self, allow_origin: HeaderValue) -> HeaderMap {
+        let mut headers = self.fixed.clone();
+        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, allow_origin);
+        headers
+    }
+}
+
+impl Filter for CorsFilter {
+    fn on_request(
+        &self,
+        context: &mut RequestContext<'_>,
+        request: &Parts,
+        _proxy: &ProxyScope<'_>,
+    ) -> Result<(), ProxyError> {
+        let Some(allow_origin) = request
+            .headers
+            .get(ORIGIN)
+            .and_then(|origin| self.allow_origin(origin))
+        else {
+            return Ok(());
+        };
+        if request.method == Method::OPTIONS {
+            return Err(ProxyError::Preflight(Box::new(
+                self.headers_for(allow_origin),
+            )));
+        }
+        context.cors_origin = Some(allow_origin);
+        Ok(())
+    }
+
+    fn on_response(
+        &self,
+        context: &RequestContext<'_>,
+        response: &mut response::Parts,
+        _proxy: &ProxyScope<'_>,
+    ) {
+        if let Some(allow_origin) = &context.cors_origin {
+            for (name, value) in &self.headers_for(allow_origin.clone()) {
+                response.headers.insert(name.clone(), value.clone());
+            }
+        }
+    }
+}
