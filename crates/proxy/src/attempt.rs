@@ -459,17 +459,18 @@ impl<'a> Exchange<'a> {
         let send = connection.sender.try_send(request);
         tokio::pin!(send);
         let idle = self.settings.body_idle_timeout;
+        let send_idle = self.policy.timeouts.send.unwrap_or(idle);
         while let Some(progress) = progress.filter(|progress| !progress.is_sent()) {
             let check_at = match progress.client_owes() {
                 true => tokio::time::Instant::now() + idle,
-                false => progress.stall_deadline(idle),
+                false => progress.stall_deadline(send_idle),
             };
             tokio::select! {
                 biased;
                 result = &mut send => return sent(result),
                 () = progress.sent() => {}
                 () = tokio::time::sleep_until(check_at) => {
-                    if progress.endpoint_stalled(idle) {
+                    if progress.endpoint_stalled(send_idle) {
                         return Err(Exchanged::TimedOut(ProxyError::UploadStalled));
                     }
                 }
@@ -479,6 +480,7 @@ impl<'a> Exchange<'a> {
             .policy
             .retry
             .per_try_timeout
+            .or(self.policy.timeouts.read)
             .unwrap_or(self.settings.response_header_timeout);
         match tokio::time::timeout(timeout, send).await {
             Ok(result) => sent(result),
@@ -495,7 +497,7 @@ impl<'a> Exchange<'a> {
         let started = Instant::now();
         match runtime
             .pool
-            .connect(authority, &self.wire, self.settings.connect_timeout)
+            .connect(authority, &self.wire, self.connect_timeout())
             .await
         {
             Ok(connection) => {
@@ -514,6 +516,13 @@ impl<'a> Exchange<'a> {
                 }
             }
         }
+    }
+
+    fn connect_timeout(&self) -> Duration {
+        self.policy
+            .timeouts
+            .connect
+            .unwrap_or(self.settings.connect_timeout)
     }
 
     /// Counts a failed connect and ejects the endpoint when it is due and its backend can

@@ -354,7 +354,10 @@ impl Proxy {
             self.open_tunnel(client, upstream, in_flight);
             return Response::from_parts(head, Either::Right(Full::new(Bytes::new())));
         }
-        let idle = self.options.body_idle_timeout;
+        let idle = context
+            .target
+            .and_then(|target| target.policy.timeouts.read)
+            .unwrap_or(self.options.body_idle_timeout);
         let body = TrackedBody::new(body, in_flight, idle, checkin);
         Response::from_parts(head, Either::Left(body))
     }

@@ -24,7 +24,7 @@ pub use path::{PathKind, PathMatch};
 pub use policy::{
     Balancer, Cors, HashKey, Listeners, OriginPattern, Redirect, RequestEdits, RetryOn,
     RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict, StickyCookie, TlsPolicy,
-    UpstreamProtocol, UpstreamTls, UrlPart,
+    UpstreamProtocol, UpstreamTimeouts, UpstreamTls, UrlPart,
 };
 pub use table::{BackendIndex, Route, RoutingTable, TableBuilder, Target};
 pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};

@@ -39,6 +39,9 @@ pub struct RoutePolicy {
     pub access_log_off: bool,
     /// Cross-origin resource sharing (`enable-cors` and the `cors-*` annotations).
     pub cors: Option<Cors>,
+    /// `proxy-connect-timeout`, `proxy-send-timeout`, `proxy-read-timeout`; `None` keeps the
+    /// proxy-wide setting.
+    pub timeouts: UpstreamTimeouts,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
@@ -87,6 +90,18 @@ pub enum UrlPart {
     Host,
     /// nginx's `$scheme`: `http` or `https`, the client's connection.
     Scheme,
+}
+
+/// A route's timeouts towards its endpoints, as nginx's `proxy_*_timeout` mean them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UpstreamTimeouts {
+    /// Connecting to an endpoint (`--connect-timeout`).
+    pub connect: Option<std::time::Duration>,
+    /// The longest an endpoint may stop taking the request body (`--body-idle-timeout`).
+    pub send: Option<std::time::Duration>,
+    /// The longest wait for the response headers and between two reads of the response body
+    /// (`--response-header-timeout` and `--body-idle-timeout`).
+    pub read: Option<std::time::Duration>,
 }
 
 /// CORS as ingress-nginx configures it: which origins get the `Access-Control-*` headers,

@@ -462,3 +462,58 @@ async fn cors_defaults_to_any_origin_and_cors_settings_without_enable_cors_warn(
         "{report}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_read_timeout_bounds_the_wait_for_a_slow_pod_on_that_ingress_only() {
+    let pods = pods_on(&["slow"], 152, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The echo pod sleeps on /__testkit/sleep/MS: one exact path under the timeout, the rest
+    // of the host without it.
+    write_manifest(
+        dir.path(),
+        "shop.yaml",
+        &[
+            ingress("open", "shop.test", &[("/", "Prefix", "web", 80)]),
+            annotated_ingress(
+                "slow",
+                "shop.test",
+                &[("/__testkit/sleep/3000", "Exact", "web", 80)],
+                &[
+                    ("nginx.ingress.kubernetes.io/proxy-read-timeout", "1"),
+                    ("nginx.ingress.kubernetes.io/proxy-next-upstream", "off"),
+                ],
+            ),
+            service("web", 80, &[pods[0].addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &["--response-header-timeout", "10s"]).await;
+    let started = std::time::Instant::now();
+    let reply = get_as(&sluice, "/__testkit/sleep/3000", None).await;
+    let waited = started.elapsed();
+    assert_eq!(reply.status, 504);
+    assert!(
+        waited >= std::time::Duration::from_millis(900)
+            && waited < std::time::Duration::from_millis(2_900),
+        "answered after {waited:?}"
+    );
+    // The other Ingress keeps the proxy-wide timeout: the pod's answer after 1.5 s arrives.
+    let reply = get_as(&sluice, "/__testkit/sleep/1500", None).await;
+    assert_eq!(reply.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_timeout_is_a_warning_and_the_proxy_wide_one_applies() {
+    let pods = pods_on(&["web"], 153, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_shop(
+        dir.path(),
+        pods[0].addr(),
+        &[("nginx.ingress.kubernetes.io/proxy-connect-timeout", "0")],
+    );
+    let (_, report) = run_check(dir.path());
+    assert!(
+        report.contains("proxy-connect-timeout]: invalid value \"0\"")
+            && report.contains("--connect-timeout applies"),
+        "{report}"
+    );
+}

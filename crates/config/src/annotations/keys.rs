@@ -67,10 +67,13 @@ pub(crate) enum Setting {
     CorsExposeHeaders,
     CorsAllowCredentials,
     CorsMaxAge,
+    ProxyConnectTimeout,
+    ProxySendTimeout,
+    ProxyReadTimeout,
 }
 
 impl Setting {
-    const ALL: [Setting; 48] = [
+    const ALL: [Setting; 51] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -119,6 +122,9 @@ impl Setting {
         Self::CorsExposeHeaders,
         Self::CorsAllowCredentials,
         Self::CorsMaxAge,
+        Self::ProxyConnectTimeout,
+        Self::ProxySendTimeout,
+        Self::ProxyReadTimeout,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -184,6 +190,9 @@ impl Setting {
             Self::CorsExposeHeaders => "cors-expose-headers",
             Self::CorsAllowCredentials => "cors-allow-credentials",
             Self::CorsMaxAge => "cors-max-age",
+            Self::ProxyConnectTimeout => "proxy-connect-timeout",
+            Self::ProxySendTimeout => "proxy-send-timeout",
+            Self::ProxyReadTimeout => "proxy-read-timeout",
         }
     }
 

@@ -1,9 +1,9 @@
 //! The Ingress part of a route policy: balancer, sticky cookie and retries from ingress-nginx annotations.
 
-use sluice_routing::{RoutePolicy, UpstreamProtocol};
+use sluice_routing::{RoutePolicy, UpstreamProtocol, UpstreamTimeouts};
 
 use super::keys::{PolicyKeys, Setting};
-use super::values::{parse_bool, parse_size, Report};
+use super::values::{parse_bool, parse_duration, parse_size, Report};
 use super::{access, affinity, balance, cors, edits, retry, tls, Annotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 
@@ -25,6 +25,27 @@ pub struct IngressPolicy {
     /// The CAs read from that Secret by the compile (empty when it could not be read: every
     /// certificate is then refused).
     pub verify_roots: Option<Vec<rustls_pki_types::CertificateDer<'static>>>,
+}
+
+/// `proxy-connect-timeout`, `proxy-send-timeout` and `proxy-read-timeout`: seconds as
+/// ingress-nginx writes them (a duration such as `90s` is accepted too), greater than zero.
+fn upstream_timeouts(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> UpstreamTimeouts {
+    let mut read = |name, otherwise| {
+        report.parse(
+            keys.get(name),
+            "whole seconds greater than 0 (such as 60), or a duration (90s)",
+            otherwise,
+            |value| parse_duration(value).filter(|duration| !duration.is_zero()),
+        )
+    };
+    UpstreamTimeouts {
+        connect: read(Setting::ProxyConnectTimeout, "--connect-timeout applies"),
+        send: read(Setting::ProxySendTimeout, "--body-idle-timeout applies"),
+        read: read(
+            Setting::ProxyReadTimeout,
+            "--response-header-timeout and --body-idle-timeout apply",
+        ),
+    }
 }
 
 /// Reads the policy annotations of a served Ingress; every invalid value is a warning and
@@ -60,6 +81,7 @@ pub(crate) fn ingress_policy(
         source_ranges: access::source_ranges(&keys, &mut report),
         edits: edits::request_edits(&keys, &mut report),
         cors: cors::cors(&keys, &mut report),
+        timeouts: upstream_timeouts(&keys, &mut report),
         access_log_off: report
             .parse(
                 keys.get(Setting::EnableAccessLog),
