@@ -47,42 +47,51 @@ fn write_shop(dir: &std::path::Path, pod: std::net::SocketAddr, annotations: &[(
     );
 }
 
+/// One echo pod on pod IP `ip`, `shop.test` written with `annotations` on `/admin`, and sluice
+/// serving it with `flags`.
+struct Shop {
+    pod: sluice_testkit::EchoBackend,
+    dir: tempfile::TempDir,
+    sluice: Sluice,
+}
+
+impl Shop {
+    async fn start(ip: u8, annotations: &[(&str, &str)], flags: &[&str]) -> Self {
+        let pod = pods_on(&["web"], ip, 0).await.remove(0);
+        let dir = tempfile::tempdir().unwrap();
+        write_shop(dir.path(), pod.addr(), annotations);
+        let sluice = Sluice::start(dir.path(), flags).await;
+        Self { pod, dir, sluice }
+    }
+
+    /// Rewrites the `/admin` annotations and waits for the table after `generation`.
+    async fn annotate(&self, annotations: &[(&str, &str)], generation: u64) {
+        write_shop(self.dir.path(), self.pod.addr(), annotations);
+        self.sluice.wait_for_generation_after(generation).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowlist_admits_its_ranges_and_answers_403_to_everyone_else() {
-    let pods = pods_on(&["web"], 140, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
-        &[(ALLOW, "10.0.0.0/8, 2001:db8::/32")],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
-    let refused = get_as(&sluice, "/admin", None).await;
+    let shop = Shop::start(140, &[(ALLOW, "10.0.0.0/8, 2001:db8::/32")], &[]).await;
+    let refused = get_as(&shop.sluice, "/admin", None).await;
     assert_eq!(refused.status, 403, "127.0.0.1 is outside the allowlist");
     assert_eq!(refused.body, "403 forbidden\n");
-    assert_eq!(pods[0].requests(), 0, "the pod never saw it");
+    assert_eq!(shop.pod.requests(), 0, "the pod never saw it");
     // Only the annotated Ingress's routes are restricted.
-    assert_eq!(get_as(&sluice, "/", None).await.status, 200);
+    assert_eq!(get_as(&shop.sluice, "/", None).await.status, 200);
     // The older name, with the client's own range.
-    write_shop(dir.path(), pods[0].addr(), &[(WHITELIST, "127.0.0.0/8")]);
-    sluice.wait_for_generation_after(1).await;
-    assert_eq!(get_as(&sluice, "/admin", None).await.status, 200);
+    shop.annotate(&[(WHITELIST, "127.0.0.0/8")], 1).await;
+    assert_eq!(get_as(&shop.sluice, "/admin", None).await.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_denylist_is_checked_first_and_wins_over_the_allowlist() {
-    let pods = pods_on(&["web"], 141, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
-        &[(ALLOW, "127.0.0.0/8"), (DENY, "127.0.0.1")],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
-    assert_eq!(get_as(&sluice, "/admin", None).await.status, 403);
-    write_shop(dir.path(), pods[0].addr(), &[(DENY, "192.0.2.0/24")]);
-    sluice.wait_for_generation_after(1).await;
-    assert_eq!(get_as(&sluice, "/admin", None).await.status, 200);
+    let both = [(ALLOW, "127.0.0.0/8"), (DENY, "127.0.0.1")];
+    let shop = Shop::start(141, &both, &[]).await;
+    assert_eq!(get_as(&shop.sluice, "/admin", None).await.status, 403);
+    shop.annotate(&[(DENY, "192.0.2.0/24")], 1).await;
+    assert_eq!(get_as(&shop.sluice, "/admin", None).await.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,14 +155,8 @@ async fn location_of(sluice: &Sluice, path: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permanent_and_temporal_redirects_fill_in_nginx_variables_with_their_codes() {
-    let pods = pods_on(&["web"], 144, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
-        &[(PERMANENT, "https://new.test$request_uri")],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+    let shop = Shop::start(144, &[(PERMANENT, "https://new.test$request_uri")], &[]).await;
+    let sluice = &shop.sluice;
     assert_eq!(
         location_of(&sluice, "/admin/a?b=1").await,
         (301, "https://new.test/admin/a?b=1".to_owned())
@@ -181,21 +184,20 @@ async fn permanent_and_temporal_redirects_fill_in_nginx_variables_with_their_cod
         ),
     ];
     for (generation, (annotations, (code, location))) in (1..).zip(cases) {
-        write_shop(dir.path(), pods[0].addr(), annotations);
-        sluice.wait_for_generation_after(generation).await;
+        shop.annotate(annotations, generation).await;
         assert_eq!(
             location_of(&sluice, "/admin/x").await,
             (code, location.to_owned()),
             "{annotations:?}"
         );
     }
-    let (_, report) = run_check(dir.path());
+    let (_, report) = run_check(shop.dir.path());
     assert!(
         report.contains("ignored: nginx.ingress.kubernetes.io/temporal-redirect is also set"),
         "{report}"
     );
     assert!(report.contains("\"399\""), "{report}");
-    assert_eq!(pods[0].requests(), 0, "redirects never reach the pod");
+    assert_eq!(shop.pod.requests(), 0, "redirects never reach the pod");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,11 +366,8 @@ async fn with_origin(sluice: &Sluice, method: Method, origin: &str) -> Reply {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cors_answers_an_allowed_preflight_itself_and_gives_other_origins_nothing() {
-    let pods = pods_on(&["web"], 150, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
+    let shop = Shop::start(
+        150,
         &[
             ("nginx.ingress.kubernetes.io/enable-cors", "true"),
             (
@@ -377,8 +376,10 @@ async fn cors_answers_an_allowed_preflight_itself_and_gives_other_origins_nothin
             ),
             ("nginx.ingress.kubernetes.io/cors-expose-headers", "X-Total"),
         ],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+        &[],
+    )
+    .await;
+    let sluice = &shop.sluice;
     let preflight = with_origin(&sluice, Method::OPTIONS, "https://ui.example.com").await;
     assert_eq!(preflight.status, 204);
     let header = |reply: &Reply, name: &str| {
@@ -398,7 +399,11 @@ async fn cors_answers_an_allowed_preflight_itself_and_gives_other_origins_nothin
     for (name, value) in expected {
         assert_eq!(header(&preflight, name).as_deref(), Some(value), "{name}");
     }
-    assert_eq!(pods[0].requests(), 0, "the preflight never reached the pod");
+    assert_eq!(
+        shop.pod.requests(),
+        0,
+        "the preflight never reached the pod"
+    );
     // An allowed origin's request goes to the pod and comes back with the headers.
     let allowed = with_origin(&sluice, Method::GET, "https://app.test").await;
     assert_eq!(allowed.status, 200);
@@ -420,19 +425,16 @@ async fn cors_answers_an_allowed_preflight_itself_and_gives_other_origins_nothin
             "{origin}"
         );
     }
-    let before = pods[0].requests();
+    let before = shop.pod.requests();
     let options = with_origin(&sluice, Method::OPTIONS, "https://evil.test").await;
     assert_eq!(header(&options, "access-control-allow-origin"), None);
-    assert_eq!(pods[0].requests(), before + 1);
+    assert_eq!(shop.pod.requests(), before + 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cors_defaults_to_any_origin_and_cors_settings_without_enable_cors_warn() {
-    let pods = pods_on(&["web"], 151, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
+    let shop = Shop::start(
+        151,
         &[
             ("nginx.ingress.kubernetes.io/enable-cors", "true"),
             (
@@ -440,23 +442,22 @@ async fn cors_defaults_to_any_origin_and_cors_settings_without_enable_cors_warn(
                 "false",
             ),
         ],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+        &[],
+    )
+    .await;
+    let sluice = &shop.sluice;
     let reply = with_origin(&sluice, Method::GET, "https://anyone.test").await;
     assert_eq!(reply.headers["access-control-allow-origin"], "*");
     assert!(reply
         .headers
         .get("access-control-allow-credentials")
         .is_none());
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
-        &[(
-            "nginx.ingress.kubernetes.io/cors-allow-origin",
-            "https://app.test",
-        )],
-    );
-    let (_, report) = run_check(dir.path());
+    let cors_only = [(
+        "nginx.ingress.kubernetes.io/cors-allow-origin",
+        "https://app.test",
+    )];
+    write_shop(shop.dir.path(), shop.pod.addr(), &cors_only);
+    let (_, report) = run_check(shop.dir.path());
     assert!(
         report.contains("cors-allow-origin]: ignored: enable-cors is not \"true\""),
         "{report}"
