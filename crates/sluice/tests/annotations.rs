@@ -158,7 +158,7 @@ async fn permanent_and_temporal_redirects_fill_in_nginx_variables_with_their_cod
     let shop = Shop::start(144, &[(PERMANENT, "https://new.test$request_uri")], &[]).await;
     let sluice = &shop.sluice;
     assert_eq!(
-        location_of(&sluice, "/admin/a?b=1").await,
+        location_of(sluice, "/admin/a?b=1").await,
         (301, "https://new.test/admin/a?b=1".to_owned())
     );
     let cases: [RedirectCase; 3] = [
@@ -186,7 +186,7 @@ async fn permanent_and_temporal_redirects_fill_in_nginx_variables_with_their_cod
     for (generation, (annotations, (code, location))) in (1..).zip(cases) {
         shop.annotate(annotations, generation).await;
         assert_eq!(
-            location_of(&sluice, "/admin/x").await,
+            location_of(sluice, "/admin/x").await,
             (code, location.to_owned()),
             "{annotations:?}"
         );
@@ -380,7 +380,7 @@ async fn cors_answers_an_allowed_preflight_itself_and_gives_other_origins_nothin
     )
     .await;
     let sluice = &shop.sluice;
-    let preflight = with_origin(&sluice, Method::OPTIONS, "https://ui.example.com").await;
+    let preflight = with_origin(sluice, Method::OPTIONS, "https://ui.example.com").await;
     assert_eq!(preflight.status, 204);
     let header = |reply: &Reply, name: &str| {
         reply
@@ -405,7 +405,7 @@ async fn cors_answers_an_allowed_preflight_itself_and_gives_other_origins_nothin
         "the preflight never reached the pod"
     );
     // An allowed origin's request goes to the pod and comes back with the headers.
-    let allowed = with_origin(&sluice, Method::GET, "https://app.test").await;
+    let allowed = with_origin(sluice, Method::GET, "https://app.test").await;
     assert_eq!(allowed.status, 200);
     assert_eq!(
         header(&allowed, "access-control-allow-origin").as_deref(),
@@ -417,7 +417,7 @@ async fn cors_answers_an_allowed_preflight_itself_and_gives_other_origins_nothin
         "https://a.b.example.com",
         "http://app.test",
     ] {
-        let refused = with_origin(&sluice, Method::GET, origin).await;
+        let refused = with_origin(sluice, Method::GET, origin).await;
         assert_eq!(refused.status, 200);
         assert_eq!(
             header(&refused, "access-control-allow-origin"),
@@ -426,7 +426,7 @@ async fn cors_answers_an_allowed_preflight_itself_and_gives_other_origins_nothin
         );
     }
     let before = shop.pod.requests();
-    let options = with_origin(&sluice, Method::OPTIONS, "https://evil.test").await;
+    let options = with_origin(sluice, Method::OPTIONS, "https://evil.test").await;
     assert_eq!(header(&options, "access-control-allow-origin"), None);
     assert_eq!(shop.pod.requests(), before + 1);
 }
@@ -446,7 +446,7 @@ async fn cors_defaults_to_any_origin_and_cors_settings_without_enable_cors_warn(
     )
     .await;
     let sluice = &shop.sluice;
-    let reply = with_origin(&sluice, Method::GET, "https://anyone.test").await;
+    let reply = with_origin(sluice, Method::GET, "https://anyone.test").await;
     assert_eq!(reply.headers["access-control-allow-origin"], "*");
     assert!(reply
         .headers
