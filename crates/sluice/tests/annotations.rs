@@ -47,6 +47,18 @@ fn write_shop(dir: &std::path::Path, pod: std::net::SocketAddr, annotations: &[(
     );
 }
 
+/// One echo pod on pod IP `ip`, and a directory with `shop.test` written with `annotations`
+/// on `/admin` (for `sluice check`, or for a sluice started with more flags).
+async fn shop_files(
+    ip: u8,
+    annotations: &[(&str, &str)],
+) -> (sluice_testkit::EchoBackend, tempfile::TempDir) {
+    let pod = pods_on(&["web"], ip, 0).await.remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    write_shop(dir.path(), pod.addr(), annotations);
+    (pod, dir)
+}
+
 /// One echo pod on pod IP `ip`, `shop.test` written with `annotations` on `/admin`, and sluice
 /// serving it with `flags`.
 struct Shop {
@@ -57,9 +69,7 @@ struct Shop {
 
 impl Shop {
     async fn start(ip: u8, annotations: &[(&str, &str)], flags: &[&str]) -> Self {
-        let pod = pods_on(&["web"], ip, 0).await.remove(0);
-        let dir = tempfile::tempdir().unwrap();
-        write_shop(dir.path(), pod.addr(), annotations);
+        let (pod, dir) = shop_files(ip, annotations).await;
         let sluice = Sluice::start(dir.path(), flags).await;
         Self { pod, dir, sluice }
     }
@@ -96,9 +106,7 @@ async fn the_denylist_is_checked_first_and_wins_over_the_allowlist() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranges_apply_to_the_client_behind_a_trusted_proxy() {
-    let pods = pods_on(&["web"], 142, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(dir.path(), pods[0].addr(), &[(ALLOW, "10.0.0.0/8")]);
+    let (_pod, dir) = shop_files(142, &[(ALLOW, "10.0.0.0/8")]).await;
     let trusted = Sluice::start(dir.path(), &["--trusted-proxies", "127.0.0.0/8"]).await;
     assert_eq!(
         get_as(&trusted, "/admin", Some("10.1.2.3")).await.status,
@@ -118,13 +126,7 @@ async fn ranges_apply_to_the_client_behind_a_trusted_proxy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_range_is_an_error_and_its_routes_answer_503() {
-    let pods = pods_on(&["web"], 143, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
-        &[(ALLOW, "10.0.0.0/8, 10.0.0.300")],
-    );
+    let (pod, dir) = shop_files(143, &[(ALLOW, "10.0.0.0/8, 10.0.0.300")]).await;
     let (code, report) = run_check(dir.path());
     assert_eq!(code, Some(1), "{report}");
     assert!(
@@ -134,7 +136,7 @@ async fn an_unreadable_range_is_an_error_and_its_routes_answer_503() {
     let sluice = Sluice::start(dir.path(), &[]).await;
     assert_eq!(get_as(&sluice, "/admin", None).await.status, 503);
     assert_eq!(get_as(&sluice, "/", None).await.status, 200);
-    assert_eq!(pods[0].requests(), 1);
+    assert_eq!(pod.requests(), 1);
 }
 
 const PERMANENT: &str = "nginx.ingress.kubernetes.io/permanent-redirect";
@@ -202,13 +204,7 @@ async fn permanent_and_temporal_redirects_fill_in_nginx_variables_with_their_cod
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redirect_with_another_nginx_variable_is_a_warning_and_the_route_serves() {
-    let pods = pods_on(&["web"], 145, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
-        &[(PERMANENT, "https://new.test$uri")],
-    );
+    let (_pod, dir) = shop_files(145, &[(PERMANENT, "https://new.test$uri")]).await;
     let (_, report) = run_check(dir.path());
     assert!(
         report.contains("the redirect uses $uri, which sluice does not fill in"),
@@ -320,13 +316,11 @@ async fn sluice_header_annotations_set_request_and_response_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enable_access_log_false_leaves_the_ingress_out_of_the_access_log() {
-    let pods = pods_on(&["web"], 149, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
+    let (_pod, dir) = shop_files(
+        149,
         &[("nginx.ingress.kubernetes.io/enable-access-log", "false")],
-    );
+    )
+    .await;
     let log = dir.path().join("access.log");
     let sluice = Sluice::start(
         dir.path(),
@@ -504,13 +498,11 @@ async fn proxy_read_timeout_bounds_the_wait_for_a_slow_pod_on_that_ingress_only(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_timeout_is_a_warning_and_the_proxy_wide_one_applies() {
-    let pods = pods_on(&["web"], 153, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_shop(
-        dir.path(),
-        pods[0].addr(),
+    let (_pod, dir) = shop_files(
+        153,
         &[("nginx.ingress.kubernetes.io/proxy-connect-timeout", "0")],
-    );
+    )
+    .await;
     let (_, report) = run_check(dir.path());
     assert!(
         report.contains("proxy-connect-timeout]: invalid value \"0\"")

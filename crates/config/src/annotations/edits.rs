@@ -171,20 +171,15 @@ fn host_like(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnostic::{Diagnostics, ObjectRef};
+    use crate::annotations::values::read_one;
+    use crate::diagnostic::Diagnostic;
 
-    fn parsed(value: &str) -> (Option<Vec<UrlPart>>, Diagnostics) {
-        let object = ObjectRef::new("Ingress", Some("default"), "web");
-        let mut diagnostics = Diagnostics::default();
-        let mut report = Report {
-            object: &object,
-            diagnostics: &mut diagnostics,
-        };
-        let found = Found {
-            key: "nginx.ingress.kubernetes.io/permanent-redirect",
+    fn parsed(value: &str) -> (Option<Vec<UrlPart>>, Vec<Diagnostic>) {
+        read_one(
+            "nginx.ingress.kubernetes.io/permanent-redirect",
             value,
-        };
-        (location(found, &mut report), diagnostics)
+            location,
+        )
     }
 
     #[test]
@@ -216,7 +211,7 @@ mod tests {
         ] {
             let (parts, diagnostics) = parsed(bad);
             assert_eq!(parts, None, "{bad}");
-            assert_eq!(diagnostics.into_vec().len(), 1, "{bad}");
+            assert_eq!(diagnostics.len(), 1, "{bad}");
         }
     }
 }

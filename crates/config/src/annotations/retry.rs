@@ -118,21 +118,15 @@ fn apply(on: &mut RetryOn, token: &str) -> Token {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnostic::{Diagnostics, ObjectRef};
+    use crate::annotations::values::read_one;
 
     fn parse(value: &str) -> (RetryOn, usize) {
-        let object = ObjectRef::new("Ingress", Some("default"), "web");
-        let mut diagnostics = Diagnostics::default();
-        let mut report = Report {
-            object: &object,
-            diagnostics: &mut diagnostics,
-        };
-        let found = Found {
-            key: "nginx.ingress.kubernetes.io/proxy-next-upstream",
+        let (on, diagnostics) = read_one(
+            "nginx.ingress.kubernetes.io/proxy-next-upstream",
             value,
-        };
-        let on = retry_on(found, &mut report);
-        (on, diagnostics.into_sorted().len())
+            retry_on,
+        );
+        (on, diagnostics.len())
     }
 
     #[test]

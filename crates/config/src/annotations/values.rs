@@ -67,6 +67,24 @@ impl Report<'_> {
     }
 }
 
+/// Runs `read` on the annotation `key: value` of an Ingress `default/web`, and returns what it
+/// gave with the diagnostics it reported (for the readers' unit tests).
+#[cfg(test)]
+pub(crate) fn read_one<T>(
+    key: &str,
+    value: &str,
+    read: impl FnOnce(Found<'_>, &mut Report<'_>) -> T,
+) -> (T, Vec<crate::diagnostic::Diagnostic>) {
+    let object = ObjectRef::new("Ingress", Some("default"), "web");
+    let mut diagnostics = Diagnostics::default();
+    let mut report = Report {
+        object: &object,
+        diagnostics: &mut diagnostics,
+    };
+    let read = read(Found { key, value }, &mut report);
+    (read, diagnostics.into_vec())
+}
+
 /// Booleans as ingress-nginx and Traefik accept them (Go's `strconv.ParseBool`).
 pub(crate) fn parse_bool(value: &str) -> Option<bool> {
     match value.trim() {
