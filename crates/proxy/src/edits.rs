@@ -1,4 +1,4 @@
-//! Filters for ingress-nginx's redirect and rewrite annotations and sluice's header annotations: `app-root`, the route's redirect, the headers the pod gets and the headers the client gets.
+//! Filters for ingress-nginx's redirect and rewrite annotations and sluice's header annotations: `app-root`, the route's redirect, `rewrite-target`, the headers the pod gets and the headers the client gets.
 
 use http::header::HOST;
 use http::request::Parts;
@@ -81,6 +81,54 @@ impl Filter for UpstreamHead {
     }
 }
 
+/// `rewrite-target`: the path the pod gets, as nginx's `rewrite regex target break` makes it:
+/// the whole path is replaced by the target, with `$1`..`$9` filled from the groups the
+/// route's regex path captured, and the query is kept.
+pub(crate) struct Rewrite(pub(crate) String);
+
+impl Filter for Rewrite {
+    fn on_upstream_request(&self, context: &RequestContext<'_>, upstream: &mut Parts) {
+        let path = upstream.uri.path();
+        let captures = context
+            .target
+            .and_then(|target| target.path)
+            .and_then(|route| route.captures(path));
+        let mut rewritten = expand(&self.0, captures.as_ref());
+        if let Some(query) = upstream.uri.query() {
+            rewritten.push('?');
+            rewritten.push_str(query);
+        }
+        if let Ok(uri) = http::Uri::try_from(rewritten) {
+            upstream.uri = uri;
+        }
+    }
+}
+
+/// The target with each `$N` replaced by group N (empty when the group did not take part or
+/// the path is not a regex).
+fn expand(target: &str, captures: Option<&regex::Captures<'_>>) -> String {
+    let mut out = String::with_capacity(target.len() + 16);
+    let mut rest = target;
+    while let Some(dollar) = rest.find('$') {
+        out.push_str(&rest[..dollar]);
+        let after = &rest[dollar + 1..];
+        match after.as_bytes().first() {
+            Some(digit @ b'0'..=b'9') => {
+                let group = usize::from(digit - b'0');
+                let text = captures.and_then(|c| c.get(group)).map(|m| m.as_str());
+                out.push_str(text.unwrap_or_default());
+                rest = &after[1..];
+            }
+            _ => {
+                out.push('$');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `sluice.dev/response-headers`: headers set on every response of the route, replacing the
 /// pod's under the same names (as nginx's `more_set_headers`).
 pub(crate) struct ResponseHeaders(Vec<(HeaderName, HeaderValue)>);
@@ -147,5 +195,21 @@ fn scheme(context: &RequestContext<'_>) -> &'static str {
         "https"
     } else {
         "http"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_routing::PathMatch;
+
+    #[test]
+    fn groups_fill_the_target_and_a_missing_group_is_empty() {
+        let path = PathMatch::regex("/api(/|$)(.*)").unwrap();
+        let captures = path.captures("/api/users/7");
+        assert_eq!(expand("/$2", captures.as_ref()), "/users/7");
+        assert_eq!(expand("/v2$1$2", captures.as_ref()), "/v2/users/7");
+        assert_eq!(expand("/x/$3/$", captures.as_ref()), "/x//$");
+        assert_eq!(expand("/new", None), "/new");
     }
 }

@@ -25,7 +25,7 @@ use http::{response, HeaderValue, StatusCode};
 use sluice_routing::{Endpoint, RoutePolicy, SourceRanges, SourceVerdict, StickyCookie, Target};
 
 use crate::cors::CorsFilter;
-use crate::edits::{AppRoot, ResponseHeaders, RouteRedirect, UpstreamHead};
+use crate::edits::{AppRoot, ResponseHeaders, Rewrite, RouteRedirect, UpstreamHead};
 use crate::error::ProxyError;
 use crate::server::ClientInfo;
 use crate::sticky::{request_cookie, set_cookie, SessionKey};
@@ -137,6 +137,9 @@ impl Filters {
         }
         if let Some(cookie) = &policy.sticky {
             filters.push(Box::new(StickySession(cookie.clone())));
+        }
+        if let Some(target) = &edits.rewrite_target {
+            filters.push(Box::new(Rewrite(target.clone())));
         }
         if let Some(upstream_head) = UpstreamHead::of(edits) {
             filters.push(Box::new(upstream_head));

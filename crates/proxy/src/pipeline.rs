@@ -398,10 +398,34 @@ fn route<'r>(
         .lookup(&host, inbound.path())
         .filter(|target| target.policy.tls.listeners.serves(over_tls))
         .ok_or(ProxyError::NoRoute)?;
+    if let Some(directory) = target
+        .path
+        .and_then(|path| path.slash_redirect(inbound.path()))
+    {
+        return Err(slash_redirect(inbound, &directory, over_tls));
+    }
     context.target = Some(target);
     context.host_has_tls = tls_site.is_some();
     context.host = inbound.host.clone();
     Ok(target)
+}
+
+/// nginx's answer to `/foo` on a location written `/foo/`: a 301 to the directory, on the
+/// scheme and Host the client used, the query kept.
+fn slash_redirect(inbound: &Inbound, directory: &str, over_tls: bool) -> ProxyError {
+    let scheme = if over_tls { "https" } else { "http" };
+    let host = inbound.host.to_str().unwrap_or_default();
+    let location = match inbound.target.query() {
+        Some(query) => format!("{scheme}://{host}{directory}?{query}"),
+        None => format!("{scheme}://{host}{directory}"),
+    };
+    match HeaderValue::try_from(location) {
+        Ok(location) => ProxyError::Redirect {
+            status: StatusCode::MOVED_PERMANENTLY,
+            location,
+        },
+        Err(_) => ProxyError::NoRoute,
+    }
 }
 
 /// The head the next hop gets, once for all attempts: this hop's headers removed, the

@@ -63,6 +63,9 @@ pub struct RequestEdits {
     pub request_headers: Vec<(String, String)>,
     /// Headers set on the response to the client (`sluice.dev/response-headers`).
     pub response_headers: Vec<(String, String)>,
+    /// `rewrite-target`: the path the pod gets, with `$1`..`$9` standing for the groups the
+    /// route's regex path captured; the query is kept.
+    pub rewrite_target: Option<String>,
 }
 
 impl RequestEdits {

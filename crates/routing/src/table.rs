@@ -39,6 +39,8 @@ pub struct Target<'t> {
     /// `namespace/name` of the Ingress, empty for the default backend of none.
     pub ingress: &'t str,
     pub telemetry: &'t Attached,
+    /// The route's path; `None` for the default backend.
+    pub path: Option<&'t PathMatch>,
 }
 
 /// The default backend: where it is, its policy and its metric handles' slot.
@@ -106,24 +108,23 @@ impl RoutingTable {
                 self.wildcard_hosts.get(suffix)?.find(path)
             })
             .or_else(|| self.any_host.find(path));
-        let target = |index: BackendIndex, policy, ingress, telemetry| {
-            Some(Target {
-                backend: self.backends.get(index.0)?,
-                policy,
-                ingress,
-                telemetry,
-            })
-        };
         match route {
-            Some(route) => target(
-                route.backend,
-                &route.policy,
-                &route.ingress,
-                &route.telemetry,
-            ),
+            Some(route) => Some(Target {
+                backend: self.backends.get(route.backend.0)?,
+                policy: &route.policy,
+                ingress: &route.ingress,
+                telemetry: &route.telemetry,
+                path: Some(&route.path),
+            }),
             None => {
                 let default = self.default_backend.as_ref()?;
-                target(default.index, &default.policy, "", &default.telemetry)
+                Some(Target {
+                    backend: self.backends.get(default.index.0)?,
+                    policy: &default.policy,
+                    ingress: "",
+                    telemetry: &default.telemetry,
+                    path: None,
+                })
             }
         }
     }

@@ -510,3 +510,107 @@ async fn an_invalid_timeout_is_a_warning_and_the_proxy_wide_one_applies() {
         "{report}"
     );
 }
+
+const REWRITE: &str = "nginx.ingress.kubernetes.io/rewrite-target";
+
+/// GETs `path` on `host` and returns the status.
+async fn status_on(sluice: &Sluice, host: &str, path: &str) -> u16 {
+    let reply = send(
+        &http_client(),
+        Method::GET,
+        &sluice.url(path),
+        host,
+        &[],
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    reply.status.as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_target_fills_in_groups_or_replaces_the_whole_path_and_regex_covers_the_host() {
+    let backend = sluice_testkit::RawBackend::start(support::pod_ip(154))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pod = backend.addr();
+    write_manifest(
+        dir.path(),
+        "shop.yaml",
+        &[
+            annotated_ingress(
+                "api",
+                "shop.test",
+                &[("\"/api(/|$)(.*)\"", "ImplementationSpecific", "web", 80)],
+                &[(REWRITE, "/$2")],
+            ),
+            annotated_ingress(
+                "old",
+                "shop.test",
+                &[("/old", "Prefix", "web", 80)],
+                &[(REWRITE, "/new")],
+            ),
+            ingress("plain", "shop.test", &[("/Static", "Prefix", "web", 80)]),
+            service("web", 80, &[pod]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    for path in [
+        "/api/users/7?x=1",
+        "/API",
+        "/old/sub/x?q=1",
+        "/static/app.js",
+    ] {
+        assert_eq!(status_on(&sluice, "shop.test", path).await, 200, "{path}");
+    }
+    let lines: Vec<String> = backend
+        .requests()
+        .iter()
+        .map(|request| request.request_line().to_owned())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /users/7?x=1 HTTP/1.1",
+            "GET / HTTP/1.1",
+            "GET /new?q=1 HTTP/1.1",
+            // Another Ingress of the host: now a case-insensitive regex, not rewritten.
+            "GET /static/app.js HTTP/1.1",
+        ]
+    );
+    let (_, report) = run_check(dir.path());
+    assert!(
+        report.contains("sets use-regex or rewrite-target for host shop.test"),
+        "{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_path_with_a_trailing_slash_redirects_the_bare_directory_unless_turned_off() {
+    let pods = pods_on(&["web"], 155, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "shop.yaml",
+        &[
+            ingress("shop", "shop.test", &[("/foo/", "Prefix", "web", 80)]),
+            annotated_ingress(
+                "kept",
+                "kept.test",
+                &[("/foo/", "Prefix", "web", 80)],
+                &[("sluice.dev/trailing-slash-redirect", "false")],
+            ),
+            service("web", 80, &[pods[0].addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    assert_eq!(
+        location_of(&sluice, "/foo?a=1").await,
+        (301, "http://shop.test/foo/?a=1".to_owned())
+    );
+    assert_eq!(location_of(&sluice, "/foo/").await.0, 200);
+    assert_eq!(location_of(&sluice, "/foo/bar").await.0, 200);
+    assert_eq!(pods[0].requests(), 2);
+    assert_eq!(status_on(&sluice, "kept.test", "/foo").await, 200);
+}

@@ -1,4 +1,4 @@
-//! `temporal-redirect`, `permanent-redirect` (with their codes), `app-root`, `x-forwarded-prefix` and `upstream-vhost`: redirects and request-head changes with ingress-nginx's meaning.
+//! `temporal-redirect`, `permanent-redirect` (with their codes), `app-root`, `rewrite-target`, `x-forwarded-prefix` and `upstream-vhost`: redirects and request-head changes with ingress-nginx's meaning.
 
 use sluice_routing::{Redirect, RequestEdits, UrlPart};
 
@@ -35,7 +35,29 @@ pub(crate) fn request_edits(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> R
         ),
         request_headers: header_lines(keys.get(Setting::RequestHeaders), report),
         response_headers: header_lines(keys.get(Setting::ResponseHeaders), report),
+        rewrite_target: report.parse(
+            keys.get(Setting::RewriteTarget),
+            "a path that starts with /, which may use the regex path's groups as $1 to $9",
+            "the path is sent as the client wrote it",
+            |value| valid_path(&without_groups(value)).then(|| value.to_owned()),
+        ),
     }
+}
+
+/// A `rewrite-target` with each `$N` group reference replaced by sample text, to check the
+/// rest is a path.
+fn without_groups(target: &str) -> String {
+    let mut sample = String::with_capacity(target.len());
+    let mut chars = target.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
+            chars.next();
+            sample.push('x');
+        } else {
+            sample.push(c);
+        }
+    }
+    sample
 }
 
 /// `Name: value` lines (blank lines skipped). A line that is not a valid header is a warning
@@ -199,6 +221,14 @@ mod tests {
             parts,
             Some(vec![UrlPart::Text("https://example.com/new".into())])
         );
+    }
+
+    #[test]
+    fn a_rewrite_target_may_use_groups_but_must_be_a_path() {
+        assert!(valid_path(&without_groups("/$2")));
+        assert!(valid_path(&without_groups("/v2/$1/x")));
+        assert!(!valid_path(&without_groups("$1")));
+        assert!(!valid_path(&without_groups("/a b")));
     }
 
     #[test]

@@ -70,10 +70,14 @@ pub(crate) enum Setting {
     ProxyConnectTimeout,
     ProxySendTimeout,
     ProxyReadTimeout,
+    UseRegex,
+    RewriteTarget,
+    /// sluice's own; read under `sluice.dev/` only.
+    TrailingSlashRedirect,
 }
 
 impl Setting {
-    const ALL: [Setting; 51] = [
+    const ALL: [Setting; 54] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -125,6 +129,9 @@ impl Setting {
         Self::ProxyConnectTimeout,
         Self::ProxySendTimeout,
         Self::ProxyReadTimeout,
+        Self::UseRegex,
+        Self::RewriteTarget,
+        Self::TrailingSlashRedirect,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -193,6 +200,9 @@ impl Setting {
             Self::ProxyConnectTimeout => "proxy-connect-timeout",
             Self::ProxySendTimeout => "proxy-send-timeout",
             Self::ProxyReadTimeout => "proxy-read-timeout",
+            Self::UseRegex => "use-regex",
+            Self::RewriteTarget => "rewrite-target",
+            Self::TrailingSlashRedirect => "trailing-slash-redirect",
         }
     }
 
@@ -204,7 +214,11 @@ impl Setting {
     fn sluice_only(self) -> bool {
         matches!(
             self,
-            Self::PerTryTimeout | Self::Hsts | Self::RequestHeaders | Self::ResponseHeaders
+            Self::PerTryTimeout
+                | Self::Hsts
+                | Self::RequestHeaders
+                | Self::ResponseHeaders
+                | Self::TrailingSlashRedirect
         )
     }
 }
@@ -307,7 +321,7 @@ mod tests {
             classify("nginx.ingress.kubernetes.io/per-try-timeout"),
             None
         );
-        assert_eq!(classify("nginx.ingress.kubernetes.io/rewrite-target"), None);
+        assert_eq!(classify("nginx.ingress.kubernetes.io/canary-weight"), None);
     }
 
     #[test]

@@ -25,6 +25,12 @@ pub struct IngressPolicy {
     /// The CAs read from that Secret by the compile (empty when it could not be read: every
     /// certificate is then refused).
     pub verify_roots: Option<Vec<rustls_pki_types::CertificateDer<'static>>>,
+    /// The field of `use-regex: "true"` or `rewrite-target`, which make every path of the
+    /// Ingress's hosts a regular expression (on every Ingress of those hosts).
+    pub regex_paths: Option<String>,
+    /// `sluice.dev/trailing-slash-redirect: "false"`: a Prefix path written `/foo/` serves
+    /// `/foo` instead of redirecting it.
+    pub no_slash_redirect: bool,
 }
 
 /// `proxy-connect-timeout`, `proxy-send-timeout` and `proxy-read-timeout`: seconds as
@@ -45,6 +51,29 @@ fn upstream_timeouts(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Upstream
             Setting::ProxyReadTimeout,
             "--response-header-timeout and --body-idle-timeout apply",
         ),
+    }
+}
+
+/// The field that makes the Ingress's paths regular expressions: `use-regex: "true"`, or a
+/// valid `rewrite-target`, which implies it as in ingress-nginx.
+fn regex_paths(
+    keys: &PolicyKeys<'_>,
+    route: &RoutePolicy,
+    report: &mut Report<'_>,
+) -> Option<String> {
+    let use_regex = report.parse(
+        keys.get(Setting::UseRegex),
+        "true or false",
+        "paths are matched as their pathType says",
+        parse_bool,
+    );
+    let rewrite = keys
+        .get(Setting::RewriteTarget)
+        .filter(|_| route.edits.rewrite_target.is_some());
+    match (use_regex, rewrite) {
+        (Some(true), _) => keys.get(Setting::UseRegex).map(|found| found.field()),
+        (_, Some(found)) => Some(found.field()),
+        _ => None,
     }
 }
 
@@ -108,6 +137,15 @@ pub(crate) fn ingress_policy(
         .as_ref()
         .and(keys.get(Setting::Affinity))
         .map(|found| found.field());
+    let regex_paths = regex_paths(&keys, &route, &mut report);
+    let no_slash_redirect = report
+        .parse(
+            keys.get(Setting::TrailingSlashRedirect),
+            "true or false",
+            "a Prefix path written /foo/ answers /foo with a 301 to /foo/",
+            parse_bool,
+        )
+        .is_some_and(|redirect| !redirect);
     IngressPolicy {
         route,
         endpoint_choice,
@@ -115,5 +153,7 @@ pub(crate) fn ingress_policy(
         backend_protocol,
         proxy_ssl_verify,
         verify_roots: None,
+        regex_paths,
+        no_slash_redirect,
     }
 }

@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sluice_routing::{
-    Backend, BackendId, BackendMode, EndpointSet, HostMatch, PathMatch, RoutePolicy, TableBuilder,
+    Backend, BackendId, BackendMode, EndpointSet, HostMatch, PathKind, PathMatch, RoutePolicy,
+    TableBuilder,
 };
 
 use super::backend::{
@@ -41,7 +42,12 @@ pub struct IncrementalCompiler {
     cache: HashMap<ObjectKey, CachedIngress>,
     /// Certificates and CAs by Secret, reparsed only when a Secret changes.
     secrets: SecretCache,
+    /// Regex paths by pattern, compiled once and kept while some route uses them.
+    regexes: RegexCache,
 }
+
+/// Each pattern's compiled path, or why it does not compile.
+type RegexCache = HashMap<Arc<str>, Result<PathMatch, String>>;
 
 /// One Ingress as last compiled.
 struct CachedIngress {
@@ -74,12 +80,16 @@ pub(super) struct Fragment {
     pub(super) tls: Vec<TlsEntry>,
     /// Its passthrough and client-certificate annotations.
     pub(super) site: SiteAnnotations,
+    /// The field of its `use-regex` or `rewrite-target`: every path of its hosts is a regex.
+    pub(super) regex_paths: Option<String>,
 }
 
 /// A route of a fragment, before the merge decides whether it wins its host and path.
 pub(super) struct FragmentRoute {
     pub(super) host: HostMatch,
     pub(super) path: PathMatch,
+    /// The path as the Ingress wrote it: the pattern, when the host's paths are regexes.
+    pub(super) written: Arc<str>,
     pub(super) field: BackendField,
     pub(super) backend: BackendId,
     pub(super) source: Arc<str>,
@@ -237,7 +247,15 @@ impl IncrementalCompiler {
             claimed: HashMap::with_capacity(order.len()),
             default_owner: None,
             endpoint_sources: EndpointSources::default(),
+            regex_hosts: HashMap::new(),
+            regexes: std::mem::take(&mut self.regexes),
+            regexes_used: RegexCache::new(),
         };
+        for &(key, _) in order {
+            if let Some(fragment) = self.cache.get(key).and_then(|c| c.fragment.as_ref()) {
+                merge.note_regex_hosts(key, fragment);
+            }
+        }
         let mut served = Vec::new();
         for &(key, _) in order {
             let Some(cached) = self.cache.get(key) else {
@@ -260,6 +278,7 @@ impl IncrementalCompiler {
         if let Some(secret) = &self.options.default_certificate {
             tls.default_certificate(secret, &mut merge.builder, &mut merge.diagnostics);
         }
+        self.regexes = merge.regexes_used;
         Compiled {
             table: merge.builder.build(),
             diagnostics: merge.diagnostics.into_sorted(),
@@ -344,7 +363,12 @@ struct Merge<'f> {
     builder: TableBuilder,
     diagnostics: Diagnostics,
     /// Which Ingress holds each host + path.
-    claimed: HashMap<(&'f HostMatch, &'f PathMatch), &'f ObjectKey>,
+    claimed: HashMap<(HostMatch, PathMatch), &'f ObjectKey>,
+    /// The hosts whose paths are all regexes, with the oldest Ingress that made them so.
+    regex_hosts: HashMap<&'f HostMatch, &'f ObjectKey>,
+    /// The regexes compiled by earlier merges, and those this merge used.
+    regexes: RegexCache,
+    regexes_used: RegexCache,
     /// The Ingress whose defaultBackend serves.
     default_owner: Option<&'f ObjectKey>,
     endpoint_sources: EndpointSources,
@@ -364,8 +388,77 @@ impl<'f> Merge<'f> {
         if let Some((backend, policy)) = &fragment.default_backend {
             self.set_default_backend(key, backend, policy);
         }
+        self.report_regex_hosts(key, fragment);
         for route in &fragment.routes {
-            self.claim(key, route);
+            if let Some(path) = self.effective_path(key, route) {
+                self.claim(key, route, path);
+            }
+        }
+    }
+
+    /// Records the hosts an Ingress with `use-regex` or `rewrite-target` makes regex hosts.
+    fn note_regex_hosts(&mut self, key: &'f ObjectKey, fragment: &'f Fragment) {
+        if fragment.regex_paths.is_some() {
+            for route in &fragment.routes {
+                self.regex_hosts.entry(&route.host).or_insert(key);
+            }
+        }
+    }
+
+    /// Tells an Ingress without `use-regex` that another Ingress made its paths regexes, once
+    /// per host, as ingress-nginx's documentation warns.
+    fn report_regex_hosts(&mut self, key: &ObjectKey, fragment: &Fragment) {
+        if fragment.regex_paths.is_some() {
+            return;
+        }
+        let mut told: Vec<&HostMatch> = Vec::new();
+        for route in &fragment.routes {
+            let Some(owner) = self.regex_hosts.get(&route.host) else {
+                continue;
+            };
+            if told.contains(&&route.host) || route.path.kind() == PathKind::Exact {
+                continue;
+            }
+            told.push(&route.host);
+            let message = format!(
+                "{} sets use-regex or rewrite-target for host {}: as in ingress-nginx, every path of that host, this Ingress's included, is matched as a case-insensitive regular expression anchored at the start",
+                ObjectRef::ingress(owner),
+                route.host
+            );
+            self.diagnostics.warning(
+                &ObjectRef::ingress(key),
+                path_field(route.field, ".path"),
+                message,
+            );
+        }
+    }
+
+    /// The path a route is matched by: its own, or on a regex host (for any pathType but
+    /// Exact) the regex its text spells; a pattern that does not compile drops the route.
+    fn effective_path(&mut self, key: &ObjectKey, route: &FragmentRoute) -> Option<PathMatch> {
+        if route.path.kind() == PathKind::Exact || !self.regex_hosts.contains_key(&route.host) {
+            return Some(route.path.clone());
+        }
+        let compiled = match self.regexes.remove(&route.written) {
+            Some(compiled) => compiled,
+            None => PathMatch::regex(&route.written).map_err(|error| error.to_string()),
+        };
+        self.regexes_used
+            .insert(route.written.clone(), compiled.clone());
+        match compiled {
+            Ok(path) => Some(path),
+            Err(error) => {
+                let message = format!(
+                    "{:?} is not a regular expression sluice can match (the host's paths are regexes): {error}; path dropped",
+                    route.written
+                );
+                self.diagnostics.error(
+                    &ObjectRef::ingress(key),
+                    path_field(route.field, ".path"),
+                    message,
+                );
+                None
+            }
         }
     }
 
@@ -394,13 +487,13 @@ impl<'f> Merge<'f> {
 
     /// Routes host + path to this Ingress unless an older claim holds it; a later (younger)
     /// claim loses with a diagnostic.
-    fn claim(&mut self, key: &'f ObjectKey, route: &'f FragmentRoute) {
-        let holder = match self.claimed.entry((&route.host, &route.path)) {
+    fn claim(&mut self, key: &'f ObjectKey, route: &'f FragmentRoute, path: PathMatch) {
+        let holder = match self.claimed.entry((route.host.clone(), path.clone())) {
             Entry::Vacant(vacant) => {
                 vacant.insert(key);
                 self.builder.add_route(
                     route.host.clone(),
-                    route.path.clone(),
+                    path,
                     route.backend.clone(),
                     route.source.clone(),
                     route.policy.clone(),
@@ -417,8 +510,8 @@ impl<'f> Merge<'f> {
         let message = format!(
             "duplicate of host {} path {} ({:?}) already served by {holder}; ignored",
             route.host,
-            route.path.path(),
-            route.path.kind()
+            path.path(),
+            path.kind()
         );
         self.diagnostics.warning(
             &ObjectRef::ingress(key),

@@ -202,6 +202,7 @@ impl<'a> Compiler<'a, '_> {
             Arc::new(policy.route.clone())
         };
         self.fragment.source = format!("{}/{}", key.namespace, key.name).into();
+        self.fragment.regex_paths = policy.regex_paths.clone();
         let current = Current {
             key,
             source: self.fragment.source.clone(),
@@ -239,10 +240,14 @@ impl<'a> Compiler<'a, '_> {
                     rule: rule_index,
                     path: path_index,
                 };
-                let Some(path_match) =
-                    self.path_of(path.path.as_deref(), &path.path_type, field, key)
-                else {
+                let written = path.path.as_deref().unwrap_or("/");
+                let Some(path_match) = self.path_of(written, &path.path_type, field, key) else {
                     continue;
+                };
+                let path_match = if written.ends_with('/') && !policy.no_slash_redirect {
+                    path_match.with_slash_redirect()
+                } else {
+                    path_match
                 };
                 let Some((backend, policy)) = self.backend_of(&path.backend, &current, field)
                 else {
@@ -251,6 +256,7 @@ impl<'a> Compiler<'a, '_> {
                 self.fragment.routes.push(FragmentRoute {
                     host: host.clone(),
                     path: path_match,
+                    written: written.into(),
                     field,
                     backend,
                     source: current.source.clone(),
@@ -283,12 +289,11 @@ impl<'a> Compiler<'a, '_> {
 
     fn path_of(
         &mut self,
-        path: Option<&str>,
+        path: &str,
         path_type: &str,
         field: BackendField,
         key: &ObjectKey,
     ) -> Option<PathMatch> {
-        let path = path.unwrap_or("/");
         if !path.starts_with('/') {
             let message = format!("{path:?} must start with \"/\"; path dropped");
             self.diagnostics.error(
