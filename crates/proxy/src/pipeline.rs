@@ -394,6 +394,9 @@ fn route<'r>(
         }
         None => false,
     };
+    if let Some(to) = table.host_redirect(&host) {
+        return Err(www_redirect(inbound, to, over_tls));
+    }
     let target = table
         .lookup(&host, inbound.path())
         .filter(|target| target.policy.tls.listeners.serves(over_tls))
@@ -408,6 +411,33 @@ fn route<'r>(
     context.host_has_tls = tls_site.is_some();
     context.host = inbound.host.clone();
     Ok(target)
+}
+
+/// `from-to-www-redirect`: ingress-nginx's 308 to the rule host on the client's scheme, with
+/// the request URI less one trailing slash (so `/` becomes nothing); the port the client
+/// named is kept.
+fn www_redirect(inbound: &Inbound, to: &str, over_tls: bool) -> ProxyError {
+    let scheme = if over_tls { "https" } else { "http" };
+    let port = inbound
+        .host
+        .to_str()
+        .ok()
+        .and_then(|host| host.rsplit_once(':'))
+        .map(|(_, port)| port)
+        .filter(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
+    let uri = inbound.target.as_str();
+    let uri = uri.strip_suffix('/').unwrap_or(uri);
+    let location = match port {
+        Some(port) => format!("{scheme}://{to}:{port}{uri}"),
+        None => format!("{scheme}://{to}{uri}"),
+    };
+    match HeaderValue::try_from(location) {
+        Ok(location) => ProxyError::Redirect {
+            status: StatusCode::PERMANENT_REDIRECT,
+            location,
+        },
+        Err(_) => ProxyError::NoRoute,
+    }
 }
 
 /// nginx's answer to `/foo` on a location written `/foo/`: a 301 to the directory, on the

@@ -82,9 +82,22 @@ pub struct RoutingTable {
     positions: HashMap<BackendId, BackendIndex>,
     /// Certificates by SNI host, client-certificate rules and passthrough hosts.
     tls: TlsHosts,
+    /// `server-alias`: alias → the exact host whose routes it shares.
+    aliases: HashMap<Arc<str>, Arc<str>>,
+    /// `from-to-www-redirect`: a host no rule names → the rule host it redirects to.
+    host_redirects: HashMap<Arc<str>, Arc<str>>,
 }
 
 impl RoutingTable {
+    /// The host a request for `host` is redirected to (`from-to-www-redirect`); never a host
+    /// with routes of its own.
+    pub fn host_redirect(&self, host: &str) -> Option<&str> {
+        if self.host_redirects.is_empty() {
+            return None;
+        }
+        self.host_redirects.get(host).map(|to| &**to)
+    }
+
     /// The TLS part: certificates by host, client-certificate rules, passthrough hosts.
     pub fn tls(&self) -> &TlsHosts {
         &self.tls
@@ -99,9 +112,11 @@ impl RoutingTable {
     /// The backend for a normalised host (see [`crate::normalize_request_host`]) and a request
     /// path without its query string, or `None` when nothing, not even a default, matches.
     pub fn lookup(&self, host: &str, path: &str) -> Option<Target<'_>> {
-        let route = self
-            .exact_hosts
-            .get(host)
+        let exact = self.exact_hosts.get(host).or_else(|| {
+            let aliased = self.aliases.get(host)?;
+            self.exact_hosts.get(aliased)
+        });
+        let route = exact
             .and_then(|routes| routes.find(path))
             .or_else(|| {
                 let suffix = wildcard_suffix(host)?;
@@ -180,9 +195,26 @@ pub struct TableBuilder {
     default_backend: Option<(BackendId, Arc<RoutePolicy>)>,
     tls: TlsHosts,
     passthrough: Vec<(HostMatch, BackendId, Arc<str>)>,
+    aliases: HashMap<Arc<str>, Arc<str>>,
+    host_redirects: HashMap<Arc<str>, Arc<str>>,
 }
 
 impl TableBuilder {
+    /// Serves `alias` with the routes of the exact host `host` (the first alias of a name
+    /// wins; the compiler never aliases a host that has routes of its own).
+    pub fn add_alias(&mut self, alias: &str, host: &str) {
+        self.aliases
+            .entry(alias.into())
+            .or_insert_with(|| host.into());
+    }
+
+    /// Answers requests for `from` with a redirect to `to` (the first redirect of a name wins).
+    pub fn add_host_redirect(&mut self, from: &str, to: &str) {
+        self.host_redirects
+            .entry(from.into())
+            .or_insert_with(|| to.into());
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -247,6 +279,8 @@ impl TableBuilder {
             }
         }
         let mut table = RoutingTable {
+            aliases: self.aliases,
+            host_redirects: self.host_redirects,
             default_backend: self.default_backend.and_then(|(id, policy)| {
                 Some(DefaultBackend {
                     index: *index_of.get(&id)?,

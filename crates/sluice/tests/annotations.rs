@@ -614,3 +614,68 @@ async fn a_prefix_path_with_a_trailing_slash_redirects_the_bare_directory_unless
     assert_eq!(pods[0].requests(), 2);
     assert_eq!(status_on(&sluice, "kept.test", "/foo").await, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_alias_shares_the_hosts_routes_and_www_redirects_the_other_name() {
+    let pods = pods_on(&["web"], 156, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "shop.yaml",
+        &[
+            annotated_ingress(
+                "shop",
+                "www.shop.test",
+                &[("/", "Prefix", "web", 80)],
+                &[
+                    (
+                        "nginx.ingress.kubernetes.io/server-alias",
+                        "shop.example, other.test",
+                    ),
+                    ("nginx.ingress.kubernetes.io/from-to-www-redirect", "true"),
+                ],
+            ),
+            // A later Ingress of the same host adds a path the alias serves too.
+            ingress("extra", "www.shop.test", &[("/extra", "Exact", "web", 80)]),
+            ingress("other", "other.test", &[("/", "Prefix", "web", 80)]),
+            service("web", 80, &[pods[0].addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    assert_eq!(status_on(&sluice, "shop.example", "/extra").await, 200);
+    assert_eq!(status_on(&sluice, "unknown.test", "/").await, 404);
+    let redirect = |path: &'static str, host: &'static str| {
+        let sluice = &sluice;
+        async move {
+            let reply = send(
+                &http_client(),
+                Method::GET,
+                &sluice.url(path),
+                host,
+                &[],
+                Bytes::new(),
+            )
+            .await
+            .unwrap();
+            let location = reply
+                .headers
+                .get("location")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (reply.status.as_u16(), location)
+        }
+    };
+    assert_eq!(
+        redirect("/", "shop.test").await,
+        (308, Some("http://www.shop.test".to_owned()))
+    );
+    assert_eq!(
+        redirect("/a/b?c=1", "shop.test:8080").await,
+        (308, Some("http://www.shop.test:8080/a/b?c=1".to_owned()))
+    );
+    assert_eq!(pods[0].requests(), 1);
+    let (_, report) = run_check(dir.path());
+    assert!(
+        report.contains("server-alias other.test is a host of its own"),
+        "{report}"
+    );
+}

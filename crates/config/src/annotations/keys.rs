@@ -74,10 +74,12 @@ pub(crate) enum Setting {
     RewriteTarget,
     /// sluice's own; read under `sluice.dev/` only.
     TrailingSlashRedirect,
+    ServerAlias,
+    FromToWwwRedirect,
 }
 
 impl Setting {
-    const ALL: [Setting; 54] = [
+    const ALL: [Setting; 56] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -132,6 +134,8 @@ impl Setting {
         Self::UseRegex,
         Self::RewriteTarget,
         Self::TrailingSlashRedirect,
+        Self::ServerAlias,
+        Self::FromToWwwRedirect,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -203,6 +207,8 @@ impl Setting {
             Self::UseRegex => "use-regex",
             Self::RewriteTarget => "rewrite-target",
             Self::TrailingSlashRedirect => "trailing-slash-redirect",
+            Self::ServerAlias => "server-alias",
+            Self::FromToWwwRedirect => "from-to-www-redirect",
         }
     }
 

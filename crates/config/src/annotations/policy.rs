@@ -31,6 +31,12 @@ pub struct IngressPolicy {
     /// `sluice.dev/trailing-slash-redirect: "false"`: a Prefix path written `/foo/` serves
     /// `/foo` instead of redirecting it.
     pub no_slash_redirect: bool,
+    /// `server-alias`: more host names served with the Ingress's hosts' rules, and the field
+    /// that named them.
+    pub server_aliases: Option<(String, Vec<String>)>,
+    /// The field of `from-to-www-redirect: "true"`: `www.` is added to or taken from each rule
+    /// host, and requests for that other name get a 308 to the rule host.
+    pub www_redirect: Option<String>,
 }
 
 /// `proxy-connect-timeout`, `proxy-send-timeout` and `proxy-read-timeout`: seconds as
@@ -75,6 +81,40 @@ fn regex_paths(
         (_, Some(found)) => Some(found.field()),
         _ => None,
     }
+}
+
+/// `server-alias`: comma-separated host names; a name that is not a DNS name is a warning and
+/// only it is dropped.
+fn server_aliases(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<(String, Vec<String>)> {
+    let found = keys.get(Setting::ServerAlias)?;
+    let mut aliases = Vec::new();
+    for alias in found
+        .value
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        if is_dns_name(alias) {
+            aliases.push(alias.to_ascii_lowercase());
+        } else {
+            let message = format!(
+                "{alias:?} is not a host name (wildcards are not aliases); it is ignored, the other aliases apply"
+            );
+            report.warning(found, message);
+        }
+    }
+    Some((found.field(), aliases))
+}
+
+/// Whether `name` is a DNS name: dot-separated labels of letters, digits and hyphens.
+pub(crate) fn is_dns_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 /// Reads the policy annotations of a served Ingress; every invalid value is a warning and
@@ -155,5 +195,16 @@ pub(crate) fn ingress_policy(
         verify_roots: None,
         regex_paths,
         no_slash_redirect,
+        server_aliases: server_aliases(&keys, &mut report),
+        www_redirect: report
+            .parse(
+                keys.get(Setting::FromToWwwRedirect),
+                "true or false",
+                "no www redirect",
+                parse_bool,
+            )
+            .filter(|on| *on)
+            .and(keys.get(Setting::FromToWwwRedirect))
+            .map(|found| found.field()),
     }
 }

@@ -82,6 +82,10 @@ pub(super) struct Fragment {
     pub(super) site: SiteAnnotations,
     /// The field of its `use-regex` or `rewrite-target`: every path of its hosts is a regex.
     pub(super) regex_paths: Option<String>,
+    /// Its `server-alias` field and names.
+    pub(super) aliases: Option<(String, Vec<String>)>,
+    /// The field of its `from-to-www-redirect`, when on.
+    pub(super) www_redirect: Option<String>,
 }
 
 /// A route of a fragment, before the merge decides whether it wins its host and path.
@@ -257,6 +261,7 @@ impl IncrementalCompiler {
             }
         }
         let mut served = Vec::new();
+        let mut fragments = Vec::with_capacity(order.len());
         for &(key, _) in order {
             let Some(cached) = self.cache.get(key) else {
                 continue;
@@ -264,6 +269,7 @@ impl IncrementalCompiler {
             merge.diagnostics.extend_from(&cached.diagnostics);
             if let Some(fragment) = &cached.fragment {
                 merge.add(key, fragment);
+                fragments.push((key, fragment));
                 let ingress_tls = IngressTls {
                     key,
                     source: &fragment.source,
@@ -278,6 +284,7 @@ impl IncrementalCompiler {
         if let Some(secret) = &self.options.default_certificate {
             tls.default_certificate(secret, &mut merge.builder, &mut merge.diagnostics);
         }
+        merge.add_other_names(&fragments);
         self.regexes = merge.regexes_used;
         Compiled {
             table: merge.builder.build(),
@@ -358,6 +365,39 @@ fn compile_cached(
     }
 }
 
+/// The exact hosts an Ingress's rules name, each once, in rule order.
+fn fragment_hosts(fragment: &Fragment) -> Vec<&str> {
+    let mut hosts: Vec<&str> = Vec::new();
+    for route in &fragment.routes {
+        if let HostMatch::Exact(name) = &route.host {
+            if !hosts.contains(&&**name) {
+                hosts.push(name);
+            }
+        }
+    }
+    hosts
+}
+
+/// Why `name` cannot be an alias or a redirect: a rule names it, or an older Ingress took it.
+fn name_taken(
+    name: &str,
+    ruled: &hashbrown::HashSet<&str>,
+    taken: &HashMap<String, &ObjectKey>,
+    key: &ObjectKey,
+) -> Option<String> {
+    if ruled.contains(name) {
+        return Some("is a host of its own (an Ingress rule names it)".to_owned());
+    }
+    match taken.get(name) {
+        Some(owner) if *owner == key => None,
+        Some(owner) => Some(format!(
+            "is already an alias or redirect of {}, which is older",
+            ObjectRef::ingress(owner)
+        )),
+        None => None,
+    }
+}
+
 /// The table being merged from fragments.
 struct Merge<'f> {
     builder: TableBuilder,
@@ -392,6 +432,55 @@ impl<'f> Merge<'f> {
         for route in &fragment.routes {
             if let Some(path) = self.effective_path(key, route) {
                 self.claim(key, route, path);
+            }
+        }
+    }
+
+    /// `server-alias` and `from-to-www-redirect`, once every Ingress's hosts are known: a name
+    /// that some rule names, or that an older Ingress took, is a warning.
+    fn add_other_names(&mut self, fragments: &[(&ObjectKey, &Fragment)]) {
+        let ruled: hashbrown::HashSet<&str> = self
+            .claimed
+            .keys()
+            .filter_map(|(host, _)| match host {
+                HostMatch::Exact(name) => Some(&**name),
+                _ => None,
+            })
+            .collect();
+        let mut taken: HashMap<String, &ObjectKey> = HashMap::new();
+        for &(key, fragment) in fragments {
+            for host in fragment_hosts(fragment) {
+                let (alias_field, aliases) = match &fragment.aliases {
+                    Some((field, aliases)) => (field.as_str(), aliases.as_slice()),
+                    None => ("", &[][..]),
+                };
+                for alias in aliases {
+                    if let Some(why) = name_taken(alias, &ruled, &taken, key) {
+                        let message = format!("server-alias {alias} {why}; the alias is ignored");
+                        self.diagnostics
+                            .warning(&ObjectRef::ingress(key), alias_field, message);
+                        continue;
+                    }
+                    self.builder.add_alias(alias, host);
+                    taken.insert(alias.clone(), key);
+                }
+                if let Some(www_field) = &fragment.www_redirect {
+                    let other = match host.strip_prefix("www.") {
+                        Some(bare) => bare.to_owned(),
+                        None => format!("www.{host}"),
+                    };
+                    if let Some(why) = name_taken(&other, &ruled, &taken, key) {
+                        let message = format!("{other} {why}, so it is not redirected to {host}");
+                        self.diagnostics.warning(
+                            &ObjectRef::ingress(key),
+                            www_field.as_str(),
+                            message,
+                        );
+                        continue;
+                    }
+                    self.builder.add_host_redirect(&other, host);
+                    taken.insert(other, key);
+                }
             }
         }
     }

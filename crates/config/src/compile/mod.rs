@@ -203,6 +203,8 @@ impl<'a> Compiler<'a, '_> {
         };
         self.fragment.source = format!("{}/{}", key.namespace, key.name).into();
         self.fragment.regex_paths = policy.regex_paths.clone();
+        self.fragment.aliases = policy.server_aliases.clone();
+        self.fragment.www_redirect = policy.www_redirect.clone();
         let current = Current {
             key,
             source: self.fragment.source.clone(),
