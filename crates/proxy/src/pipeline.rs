@@ -229,7 +229,8 @@ impl Proxy {
         let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
         let (mut parts, body) = request.into_parts();
         let inbound = Inbound::read(&parts)?;
-        let target = route(table, &inbound, context)?;
+        let target = canary_or_main(route(table, &inbound, context)?, &parts.headers);
+        context.target = Some(target);
         let filters = Filters::of(target.policy);
         // Request filters.
         filters.on_request(context, &parts, &self.scope())?;
@@ -411,6 +412,29 @@ fn route<'r>(
     context.host_has_tls = tls_site.is_some();
     context.host = inbound.host.clone();
     Ok(target)
+}
+
+/// The route's canary when its rule takes this request (header, then cookie, then weight,
+/// as ingress-nginx decides), else the route itself.
+fn canary_or_main<'r>(target: Target<'r>, headers: &http::HeaderMap) -> Target<'r> {
+    let Some(canary) = target.canary else {
+        return target;
+    };
+    let rule = canary.rule;
+    let header = rule
+        .header
+        .as_deref()
+        .and_then(|name| headers.get(name))
+        .map(HeaderValue::as_bytes);
+    let cookie = rule
+        .cookie
+        .as_deref()
+        .and_then(|name| crate::sticky::request_cookie(headers, name));
+    if rule.chooses(header, cookie, |total| fastrand::u32(1..=total)) {
+        target.to_canary()
+    } else {
+        target
+    }
 }
 
 /// `from-to-www-redirect`: ingress-nginx's 308 to the rule host on the client's scheme, with

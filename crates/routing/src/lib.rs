@@ -6,6 +6,7 @@
 
 mod attached;
 mod backend;
+mod canary;
 mod host;
 mod normalize;
 mod path;
@@ -18,6 +19,7 @@ pub use attached::Attached;
 pub use backend::{
     stable_hash, Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,
 };
+pub use canary::CanaryRule;
 pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};
 pub use path::{PathKind, PathMatch};
@@ -26,6 +28,6 @@ pub use policy::{
     RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict, StickyCookie, TlsPolicy,
     UpstreamProtocol, UpstreamTimeouts, UpstreamTls, UrlPart,
 };
-pub use table::{BackendIndex, Route, RoutingTable, TableBuilder, Target};
+pub use table::{BackendIndex, Canary, CanaryRoute, Route, RoutingTable, TableBuilder, Target};
 pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};
 pub use view::{BackendView, RouteView, TableView};

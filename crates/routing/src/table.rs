@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::attached::Attached;
 use crate::backend::{Backend, BackendId};
+use crate::canary::CanaryRule;
 use crate::host::{wildcard_suffix, HostMatch};
 use crate::path::PathMatch;
 use crate::policy::RoutePolicy;
@@ -28,6 +29,26 @@ pub struct Route {
     pub policy: Arc<RoutePolicy>,
     /// The data plane's handles for this route's metrics, resolved on first use.
     pub telemetry: Attached,
+    /// A canary Ingress's claim on some of this route's requests.
+    pub canary: Option<Box<CanaryRoute>>,
+}
+
+/// The canary side of a route: its backend, its Ingress and which requests it takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CanaryRoute {
+    pub backend: BackendIndex,
+    pub ingress: Arc<str>,
+    pub rule: Arc<CanaryRule>,
+    pub telemetry: Attached,
+}
+
+/// A route's canary as a lookup finds it.
+#[derive(Clone, Copy, Debug)]
+pub struct Canary<'t> {
+    pub backend: &'t Backend,
+    pub ingress: &'t str,
+    pub rule: &'t CanaryRule,
+    pub telemetry: &'t Attached,
 }
 
 /// What a lookup finds: the backend and the policy of the route that led to it, with the
@@ -41,6 +62,25 @@ pub struct Target<'t> {
     pub telemetry: &'t Attached,
     /// The route's path; `None` for the default backend.
     pub path: Option<&'t PathMatch>,
+    /// The canary that may take the request instead.
+    pub canary: Option<Canary<'t>>,
+}
+
+impl<'t> Target<'t> {
+    /// The same route served by its canary's backend, under the canary's Ingress (the main
+    /// route's policy applies, as in ingress-nginx).
+    pub fn to_canary(self) -> Self {
+        match self.canary {
+            Some(canary) => Self {
+                backend: canary.backend,
+                ingress: canary.ingress,
+                telemetry: canary.telemetry,
+                canary: None,
+                ..self
+            },
+            None => self,
+        }
+    }
 }
 
 /// The default backend: where it is, its policy and its metric handles' slot.
@@ -130,6 +170,14 @@ impl RoutingTable {
                 ingress: &route.ingress,
                 telemetry: &route.telemetry,
                 path: Some(&route.path),
+                canary: route.canary.as_deref().and_then(|canary| {
+                    Some(Canary {
+                        backend: self.backends.get(canary.backend.0)?,
+                        ingress: &canary.ingress,
+                        rule: &canary.rule,
+                        telemetry: &canary.telemetry,
+                    })
+                }),
             }),
             None => {
                 let default = self.default_backend.as_ref()?;
@@ -139,6 +187,7 @@ impl RoutingTable {
                     ingress: "",
                     telemetry: &default.telemetry,
                     path: None,
+                    canary: None,
                 })
             }
         }
@@ -197,9 +246,25 @@ pub struct TableBuilder {
     passthrough: Vec<(HostMatch, BackendId, Arc<str>)>,
     aliases: HashMap<Arc<str>, Arc<str>>,
     host_redirects: HashMap<Arc<str>, Arc<str>>,
+    canaries: Vec<PendingCanary>,
 }
 
+/// A canary as added: the main route's host and path, the canary's backend, Ingress and rule.
+type PendingCanary = (HostMatch, PathMatch, BackendId, Arc<str>, Arc<CanaryRule>);
+
 impl TableBuilder {
+    /// Lets a canary Ingress take some requests of the route at `host` and `path` (added with
+    /// [`Self::add_route`]); a canary for a route that is not there is dropped at build.
+    pub fn add_canary(
+        &mut self,
+        (host, path): (HostMatch, PathMatch),
+        backend: BackendId,
+        ingress: Arc<str>,
+        rule: Arc<CanaryRule>,
+    ) {
+        self.canaries.push((host, path, backend, ingress, rule));
+    }
+
     /// Serves `alias` with the routes of the exact host `host` (the first alias of a name
     /// wins; the compiler never aliases a host that has routes of its own).
     pub fn add_alias(&mut self, alias: &str, host: &str) {
@@ -306,7 +371,27 @@ impl TableBuilder {
                 ingress,
                 policy,
                 telemetry: Attached::default(),
+                canary: None,
             });
+        }
+        for (host, path, backend, ingress, rule) in self.canaries {
+            let Some(&backend) = index_of.get(&backend) else {
+                continue;
+            };
+            let routes = match &host {
+                HostMatch::Any => Some(&mut table.any_host),
+                HostMatch::Exact(name) => table.exact_hosts.get_mut(name),
+                HostMatch::Wildcard(suffix) => table.wildcard_hosts.get_mut(suffix),
+            };
+            let route = routes.and_then(|routes| routes.0.iter_mut().find(|r| r.path == path));
+            if let Some(route) = route {
+                route.canary = Some(Box::new(CanaryRoute {
+                    backend,
+                    ingress,
+                    rule,
+                    telemetry: Attached::default(),
+                }));
+            }
         }
         let all_routes = table
             .exact_hosts

@@ -679,3 +679,94 @@ async fn server_alias_shares_the_hosts_routes_and_www_redirects_the_other_name()
         "{report}"
     );
 }
+
+/// GETs `/` on `shop.test` with `headers` and returns the status.
+async fn get_with(sluice: &Sluice, headers: &[(&str, &str)]) -> u16 {
+    let reply = send(
+        &http_client(),
+        Method::GET,
+        &sluice.url("/"),
+        "shop.test",
+        headers,
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    reply.status.as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_takes_requests_by_header_then_cookie_then_weight_within_two_percent() {
+    let pods = pods_on(&["stable", "beta"], 157, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let canary = |name: &str, host: &str, extra: &[(&'static str, &'static str)]| {
+        let mut annotations = vec![
+            ("nginx.ingress.kubernetes.io/canary", "true"),
+            ("nginx.ingress.kubernetes.io/canary-by-header", "X-Canary"),
+            ("nginx.ingress.kubernetes.io/canary-by-cookie", "canary"),
+            ("nginx.ingress.kubernetes.io/canary-weight", "30"),
+        ];
+        annotations.extend_from_slice(extra);
+        annotated_ingress(name, host, &[("/", "Prefix", "beta", 80)], &annotations)
+    };
+    write_manifest(
+        dir.path(),
+        "shop.yaml",
+        &[
+            ingress("main", "shop.test", &[("/", "Prefix", "stable", 80)]),
+            canary("canary", "shop.test", &[]),
+            canary("lonely", "lonely.test", &[]),
+            service("stable", 80, &[pods[0].addr()]),
+            service("beta", 80, &[pods[1].addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let counts = || (pods[0].requests(), pods[1].requests());
+    let cases: [(&[(&str, &str)], (u64, u64)); 4] = [
+        (
+            &[("x-canary", "always"), ("cookie", "canary=never")],
+            (0, 1),
+        ),
+        (
+            &[("x-canary", "never"), ("cookie", "canary=always")],
+            (1, 0),
+        ),
+        (&[("cookie", "a=b; canary=always")], (0, 1)),
+        (&[("cookie", "canary=never")], (1, 0)),
+    ];
+    for (headers, (stable, beta)) in cases {
+        let before = counts();
+        assert_eq!(get_with(&sluice, headers).await, 200);
+        let after = counts();
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (stable, beta),
+            "{headers:?}"
+        );
+    }
+    // By weight: 30 % of 10,000 requests, within ±2 %.
+    let before = counts();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let url = sluice.url("/");
+        tasks.push(tokio::spawn(async move {
+            let client = http_client();
+            for _ in 0..1250 {
+                let reply = send(&client, Method::GET, &url, "shop.test", &[], Bytes::new());
+                assert_eq!(reply.await.unwrap().status, 200);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let beta = (counts().1 - before.1) as f64 / 10_000.0;
+    assert!((0.28..=0.32).contains(&beta), "canary share {beta}");
+    let (_, report) = run_check(dir.path());
+    assert!(
+        report.contains(
+            "canary for host lonely.test path /: no main Ingress serves this host and path"
+        ),
+        "{report}"
+    );
+}

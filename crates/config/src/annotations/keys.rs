@@ -76,10 +76,17 @@ pub(crate) enum Setting {
     TrailingSlashRedirect,
     ServerAlias,
     FromToWwwRedirect,
+    Canary,
+    CanaryByHeader,
+    CanaryByHeaderValue,
+    CanaryByHeaderPattern,
+    CanaryByCookie,
+    CanaryWeight,
+    CanaryWeightTotal,
 }
 
 impl Setting {
-    const ALL: [Setting; 56] = [
+    const ALL: [Setting; 63] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -136,6 +143,13 @@ impl Setting {
         Self::TrailingSlashRedirect,
         Self::ServerAlias,
         Self::FromToWwwRedirect,
+        Self::Canary,
+        Self::CanaryByHeader,
+        Self::CanaryByHeaderValue,
+        Self::CanaryByHeaderPattern,
+        Self::CanaryByCookie,
+        Self::CanaryWeight,
+        Self::CanaryWeightTotal,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -209,6 +223,13 @@ impl Setting {
             Self::TrailingSlashRedirect => "trailing-slash-redirect",
             Self::ServerAlias => "server-alias",
             Self::FromToWwwRedirect => "from-to-www-redirect",
+            Self::Canary => "canary",
+            Self::CanaryByHeader => "canary-by-header",
+            Self::CanaryByHeaderValue => "canary-by-header-value",
+            Self::CanaryByHeaderPattern => "canary-by-header-pattern",
+            Self::CanaryByCookie => "canary-by-cookie",
+            Self::CanaryWeight => "canary-weight",
+            Self::CanaryWeightTotal => "canary-weight-total",
         }
     }
 
@@ -327,7 +348,7 @@ mod tests {
             classify("nginx.ingress.kubernetes.io/per-try-timeout"),
             None
         );
-        assert_eq!(classify("nginx.ingress.kubernetes.io/canary-weight"), None);
+        assert_eq!(classify("nginx.ingress.kubernetes.io/limit-rate"), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 mod access;
 mod affinity;
 mod balance;
+mod canary;
 mod cors;
 mod edits;
 mod keys;

@@ -4,7 +4,7 @@ use sluice_routing::{RoutePolicy, UpstreamProtocol, UpstreamTimeouts};
 
 use super::keys::{PolicyKeys, Setting};
 use super::values::{parse_bool, parse_duration, parse_size, Report};
-use super::{access, affinity, balance, cors, edits, retry, tls, Annotations};
+use super::{access, affinity, balance, canary, cors, edits, retry, tls, Annotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 
 /// What an Ingress's policy annotations ask of its routes, before each Service has its say.
@@ -37,6 +37,9 @@ pub struct IngressPolicy {
     /// The field of `from-to-www-redirect: "true"`: `www.` is added to or taken from each rule
     /// host, and requests for that other name get a 308 to the rule host.
     pub www_redirect: Option<String>,
+    /// `canary: "true"`: the Ingress takes these requests from the main Ingress of each of
+    /// its hosts and paths, and serves no route of its own.
+    pub canary: Option<sluice_routing::CanaryRule>,
 }
 
 /// `proxy-connect-timeout`, `proxy-send-timeout` and `proxy-read-timeout`: seconds as
@@ -196,6 +199,7 @@ pub(crate) fn ingress_policy(
         regex_paths,
         no_slash_redirect,
         server_aliases: server_aliases(&keys, &mut report),
+        canary: canary::canary_rule(&keys, &mut report),
         www_redirect: report
             .parse(
                 keys.get(Setting::FromToWwwRedirect),

@@ -18,8 +18,8 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sluice_routing::{
-    Backend, BackendId, BackendMode, EndpointSet, HostMatch, PathKind, PathMatch, RoutePolicy,
-    TableBuilder,
+    Backend, BackendId, BackendMode, CanaryRule, EndpointSet, HostMatch, PathKind, PathMatch,
+    RoutePolicy, TableBuilder,
 };
 
 use super::backend::{
@@ -86,6 +86,8 @@ pub(super) struct Fragment {
     pub(super) aliases: Option<(String, Vec<String>)>,
     /// The field of its `from-to-www-redirect`, when on.
     pub(super) www_redirect: Option<String>,
+    /// Its canary rule: its routes take requests from the main Ingress's instead of claiming.
+    pub(super) canary: Option<Arc<CanaryRule>>,
 }
 
 /// A route of a fragment, before the merge decides whether it wins its host and path.
@@ -285,6 +287,7 @@ impl IncrementalCompiler {
             tls.default_certificate(secret, &mut merge.builder, &mut merge.diagnostics);
         }
         merge.add_other_names(&fragments);
+        merge.add_canaries(&fragments);
         self.regexes = merge.regexes_used;
         Compiled {
             table: merge.builder.build(),
@@ -425,6 +428,9 @@ impl<'f> Merge<'f> {
         for (service, source) in &fragment.endpoint_sources {
             self.endpoint_sources.add(service.clone(), source.clone());
         }
+        if fragment.canary.is_some() {
+            return;
+        }
         if let Some((backend, policy)) = &fragment.default_backend {
             self.set_default_backend(key, backend, policy);
         }
@@ -481,6 +487,51 @@ impl<'f> Merge<'f> {
                     self.builder.add_host_redirect(&other, host);
                     taken.insert(other, key);
                 }
+            }
+        }
+    }
+
+    /// Gives each canary Ingress's routes to the main routes of the same host and path, once
+    /// every main Ingress has claimed its own; a canary with no main route, or one whose main
+    /// route already has an older canary, is a warning.
+    fn add_canaries(&mut self, fragments: &[(&'f ObjectKey, &'f Fragment)]) {
+        let mut taken: HashMap<(HostMatch, PathMatch), &ObjectKey> = HashMap::new();
+        for &(key, fragment) in fragments {
+            let Some(rule) = &fragment.canary else {
+                continue;
+            };
+            for route in &fragment.routes {
+                let Some(path) = self.effective_path(key, route) else {
+                    continue;
+                };
+                let claim = (route.host.clone(), path);
+                let problem = match (self.claimed.get(&claim), taken.get(&claim)) {
+                    (None, _) => Some("no main Ingress serves this host and path".to_owned()),
+                    (Some(_), Some(older)) => Some(format!(
+                        "{} is an older canary of the same host and path",
+                        ObjectRef::ingress(older)
+                    )),
+                    (Some(_), None) => None,
+                };
+                if let Some(problem) = problem {
+                    let message = format!(
+                        "canary for host {} path {}: {problem}; this canary route is ignored",
+                        route.host, route.written
+                    );
+                    self.diagnostics.warning(
+                        &ObjectRef::ingress(key),
+                        path_field(route.field, ""),
+                        message,
+                    );
+                    continue;
+                }
+                taken.insert(claim.clone(), key);
+                self.builder.add_canary(
+                    claim,
+                    route.backend.clone(),
+                    route.source.clone(),
+                    rule.clone(),
+                );
             }
         }
     }

@@ -205,6 +205,7 @@ impl<'a> Compiler<'a, '_> {
         self.fragment.regex_paths = policy.regex_paths.clone();
         self.fragment.aliases = policy.server_aliases.clone();
         self.fragment.www_redirect = policy.www_redirect.clone();
+        self.fragment.canary = policy.canary.clone().map(Arc::new);
         let current = Current {
             key,
             source: self.fragment.source.clone(),
