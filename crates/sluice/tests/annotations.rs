@@ -680,6 +680,9 @@ async fn server_alias_shares_the_hosts_routes_and_www_redirects_the_other_name()
     );
 }
 
+/// Request headers, as a test case lists them.
+type Headers = &'static [(&'static str, &'static str)];
+
 /// GETs `/` on `shop.test` with `headers` and returns the status.
 async fn get_with(sluice: &Sluice, headers: &[(&str, &str)]) -> u16 {
     let reply = send(
@@ -722,7 +725,7 @@ async fn canary_takes_requests_by_header_then_cookie_then_weight_within_two_perc
     );
     let sluice = Sluice::start(dir.path(), &[]).await;
     let counts = || (pods[0].requests(), pods[1].requests());
-    let cases: [(&[(&str, &str)], (u64, u64)); 4] = [
+    let cases: [(Headers, (u64, u64)); 4] = [
         (
             &[("x-canary", "always"), ("cookie", "canary=never")],
             (0, 1),
