@@ -41,6 +41,14 @@ pub enum ProxyError {
     /// A CORS preflight from an allowed origin, answered with these headers.
     #[error("CORS preflight answered")]
     Preflight(Box<http::HeaderMap>),
+    /// Authentication refused: 401 with a challenge, or the auth service's 401 or 403.
+    #[error("authentication refused ({status})")]
+    AuthDenied {
+        status: StatusCode,
+        headers: Box<http::HeaderMap>,
+    },
+    #[error("the auth service failed or did not answer in time")]
+    AuthFailed,
     #[error("redirected to {location:?}")]
     Redirect {
         status: StatusCode,
@@ -66,6 +74,8 @@ impl ProxyError {
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::RouteDenied => StatusCode::SERVICE_UNAVAILABLE,
             Self::Preflight(_) => StatusCode::NO_CONTENT,
+            Self::AuthDenied { status, .. } => *status,
+            Self::AuthFailed => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Redirect { status, .. } => *status,
         }
     }
@@ -90,6 +100,11 @@ impl ProxyError {
             Self::Forbidden => "403 forbidden\n",
             Self::RouteDenied => "503 service unavailable\n",
             Self::Preflight(_) => "",
+            Self::AuthDenied { status, .. } if *status == StatusCode::FORBIDDEN => {
+                "403 forbidden\n"
+            }
+            Self::AuthDenied { .. } => "401 authorization required\n",
+            Self::AuthFailed => "500 internal server error\n",
             Self::Redirect { .. } => "redirecting\n",
         }
     }

@@ -54,6 +54,11 @@ fn status_of(error: &ProxyError) -> u8 {
         ProxyError::NoRoute => UNIMPLEMENTED,
         ProxyError::ClientCertificate { .. } => UNAUTHENTICATED,
         ProxyError::Forbidden => PERMISSION_DENIED,
+        ProxyError::AuthDenied { status, .. } if *status == http::StatusCode::FORBIDDEN => {
+            PERMISSION_DENIED
+        }
+        ProxyError::AuthDenied { .. } => UNAUTHENTICATED,
+        ProxyError::AuthFailed => INTERNAL,
         ProxyError::ResponseTimeout | ProxyError::UploadStalled | ProxyError::ClientBodyTimeout => {
             DEADLINE_EXCEEDED
         }

@@ -5,6 +5,7 @@
 //! learnt from traffic (connections, load, latency, ejections, retry budgets) lives in one
 //! [`Runtime`] behind the same handle.
 
+mod access;
 mod access_log;
 mod attempt;
 mod balance;
@@ -13,6 +14,7 @@ mod budget;
 mod cors;
 mod edits;
 mod error;
+mod external_auth;
 mod forwarded;
 mod grpc;
 mod headers;
@@ -20,6 +22,7 @@ mod health;
 mod inbound;
 mod log_phase;
 mod options;
+mod passwords;
 mod phases;
 mod pipeline;
 mod pool;

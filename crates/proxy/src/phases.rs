@@ -24,6 +24,7 @@ use http::request::Parts;
 use http::{response, HeaderValue, StatusCode};
 use sluice_routing::{Endpoint, RoutePolicy, SourceRanges, SourceVerdict, StickyCookie, Target};
 
+use crate::access::Access;
 use crate::cors::CorsFilter;
 use crate::edits::{AppRoot, ResponseHeaders, Rewrite, RouteRedirect, UpstreamHead};
 use crate::error::ProxyError;
@@ -57,6 +58,8 @@ pub(crate) struct RequestContext<'r> {
     /// The `Access-Control-Allow-Origin` the response gets, set by the CORS filter for an
     /// allowed origin.
     pub(crate) cors_origin: Option<HeaderValue>,
+    /// The auth service's grant, while it has cookies for the response.
+    pub(crate) auth_cookies: Option<crate::access::Grant>,
 }
 
 /// What the phases may use from the proxy as a whole.
@@ -97,14 +100,20 @@ pub(crate) trait Filter: Send + Sync {
     fn on_log(&self, _context: &RequestContext<'_>, _status: StatusCode) {}
 }
 
-/// A route's filters, in the order they run.
+/// A route's filters, in the order they run, and its access phase.
 #[derive(Default)]
-pub(crate) struct Filters(Vec<Box<dyn Filter>>);
+pub(crate) struct Filters {
+    chain: Vec<Box<dyn Filter>>,
+    access: Option<Access>,
+}
 
 impl Filters {
     /// The filters of `policy`, built on first use and kept on the policy.
     pub(crate) fn of(policy: &RoutePolicy) -> &Filters {
-        static NONE: Filters = Filters(Vec::new());
+        static NONE: Filters = Filters {
+            chain: Vec::new(),
+            access: None,
+        };
         policy
             .filters
             .get_or_attach(|| Self::build(policy))
@@ -129,7 +138,7 @@ impl Filters {
                 force: tls.force_ssl_redirect,
             }));
         }
-        if policy.source_ranges.is_set() {
+        if policy.source_ranges.is_set() && !Access::takes_source_ranges(policy) {
             filters.push(Box::new(SourceRangeCheck(policy.source_ranges.clone())));
         }
         if let Some(cors) = &policy.cors {
@@ -154,7 +163,15 @@ impl Filters {
         {
             filters.push(Box::new(Hsts(hsts)));
         }
-        Self(filters)
+        Self {
+            chain: filters,
+            access: Access::of(policy),
+        }
+    }
+
+    /// The access phase (basic, digest and external auth), when the route authenticates.
+    pub(crate) fn access(&self) -> Option<&Access> {
+        self.access.as_ref()
     }
 
     pub(crate) fn on_request(
@@ -163,13 +180,13 @@ impl Filters {
         request: &Parts,
         proxy: &ProxyScope<'_>,
     ) -> Result<(), ProxyError> {
-        self.0
+        self.chain
             .iter()
             .try_for_each(|filter| filter.on_request(context, request, proxy))
     }
 
     pub(crate) fn on_upstream_request(&self, context: &RequestContext<'_>, upstream: &mut Parts) {
-        for filter in &self.0 {
+        for filter in &self.chain {
             filter.on_upstream_request(context, upstream);
         }
     }
@@ -180,13 +197,13 @@ impl Filters {
         response: &mut response::Parts,
         proxy: &ProxyScope<'_>,
     ) {
-        for filter in &self.0 {
+        for filter in &self.chain {
             filter.on_response(context, response, proxy);
         }
     }
 
     pub(crate) fn on_log(&self, context: &RequestContext<'_>, status: StatusCode) {
-        for filter in &self.0 {
+        for filter in &self.chain {
             filter.on_log(context, status);
         }
     }

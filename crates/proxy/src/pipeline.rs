@@ -16,6 +16,7 @@ use crate::access_log::{AccessLog, AccessRecord};
 use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
 use crate::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
+use crate::external_auth::AuthClient;
 use crate::forwarded::{Forwarding, X_REQUEST_ID};
 use crate::grpc;
 use crate::headers::{join_cookies, strip_hop_by_hop};
@@ -48,6 +49,7 @@ pub struct Proxy {
     tunnel_shutdown: OnceLock<TunnelShutdown>,
     tunnels: Arc<OpenTunnels>,
     access_log: Option<Arc<AccessLog>>,
+    auth_client: AuthClient,
 }
 
 impl Proxy {
@@ -74,6 +76,7 @@ impl Proxy {
             tunnel_shutdown: OnceLock::new(),
             tunnels: Arc::default(),
             access_log: None,
+            auth_client: AuthClient::default(),
         }
     }
 
@@ -134,6 +137,7 @@ impl Proxy {
             upstream_status: None,
             attempts: 0,
             cors_origin: None,
+            auth_cookies: None,
         };
         // Boxed: the forwarding future is large (4.8 KB), and hyper keeps the handler's
         // future in a per-connection box while the connection lives. Boxing it here makes
@@ -146,7 +150,9 @@ impl Proxy {
                 tracing::debug!(client = %client.client, %error, source = ?std::error::Error::source(&error), "answered by proxy");
                 let answered_as_http = matches!(
                     error,
-                    ProxyError::Redirect { .. } | ProxyError::Preflight(_)
+                    ProxyError::Redirect { .. }
+                        | ProxyError::Preflight(_)
+                        | ProxyError::AuthDenied { .. }
                 );
                 match grpc_call && !answered_as_http {
                     true => grpc::error_response(&error, Either::Right(Full::new(Bytes::new()))),
@@ -157,6 +163,9 @@ impl Proxy {
         response
             .headers_mut()
             .insert(X_REQUEST_ID, context.request_id.clone());
+        if let Some(grant) = &context.auth_cookies {
+            auth_cookies(&mut response, grant);
+        }
         // Log phase.
         if let Some(target) = &context.target {
             Filters::of(target.policy).on_log(&context, response.status());
@@ -234,6 +243,11 @@ impl Proxy {
         let filters = Filters::of(target.policy);
         // Request filters.
         filters.on_request(context, &parts, &self.scope())?;
+        // Access.
+        let grant = match filters.access() {
+            Some(access) => Some(access.check(context, &parts, &self.auth_client).await?),
+            None => None,
+        };
         // Upstream request.
         let wire = match &target.policy.upstream {
             UpstreamProtocol::Http1 => Wire::Http1,
@@ -242,6 +256,10 @@ impl Proxy {
         let deadline = grpc::timeout(&parts.headers);
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
         filters.on_upstream_request(context, &mut parts);
+        if let Some(grant) = grant {
+            grant.apply(&mut parts.headers);
+            context.auth_cookies = (!grant.cookies.is_empty()).then_some(grant);
+        }
         if let Some(protocol) = upgrade {
             restore_upgrade_headers(&mut parts.headers, protocol);
         }
@@ -574,6 +592,23 @@ async fn reap_idle_connections(runtime: std::sync::Weak<Runtime>, every: Duratio
     }
 }
 
+/// The auth service's `Set-Cookie` on the response: on successful and redirect answers only
+/// (nginx's `add_header`), or on all with `auth-always-set-cookie`.
+fn auth_cookies(response: &mut Response<ProxyBody>, grant: &crate::access::Grant) {
+    let status = response.status().as_u16();
+    let added = matches!(
+        status,
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    );
+    if added || grant.cookies_always {
+        for cookie in &grant.cookies {
+            response
+                .headers_mut()
+                .append(http::header::SET_COOKIE, cookie.clone());
+        }
+    }
+}
+
 fn error_response(error: &ProxyError) -> Response<ProxyBody> {
     let mut response = Response::new(Either::Right(Full::new(Bytes::from_static(
         error.body().as_bytes(),
@@ -594,6 +629,11 @@ fn error_response(error: &ProxyError) -> Response<ProxyBody> {
         ProxyError::Preflight(cors) => {
             for (name, value) in cors.iter() {
                 headers.insert(name.clone(), value.clone());
+            }
+        }
+        ProxyError::AuthDenied { headers: extra, .. } => {
+            for (name, value) in extra.iter() {
+                headers.append(name.clone(), value.clone());
             }
         }
         _ => {}

@@ -4,6 +4,7 @@
 //! port, or its ClusterIP), which holds **endpoints** (pod addresses). The table is built once
 //! by the compiler, published atomically, and only read by the data plane.
 
+mod access;
 mod attached;
 mod backend;
 mod canary;
@@ -15,6 +16,7 @@ mod table;
 mod tls;
 mod view;
 
+pub use access::{AccessControl, AuthCache, BasicAuth, ExternalAuth, Variable};
 pub use attached::Attached;
 pub use backend::{
     stable_hash, Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,

@@ -31,6 +31,8 @@ pub struct RoutePolicy {
     /// Which client addresses may use the route (`allowlist-source-range`,
     /// `denylist-source-range`).
     pub source_ranges: SourceRanges,
+    /// Basic, digest and external authentication, and `satisfy`.
+    pub access: crate::access::AccessControl,
     /// Redirects and changes to the request and response heads (`temporal-redirect`,
     /// `permanent-redirect`, `app-root`, `x-forwarded-prefix`, `upstream-vhost`,
     /// `sluice.dev/request-headers`, `sluice.dev/response-headers`).

@@ -773,3 +773,199 @@ async fn canary_takes_requests_by_header_then_cookie_then_weight_within_two_perc
         "{report}"
     );
 }
+
+const AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
+
+/// `shop.test/admin` behind external auth (`annotations`), to a raw pod.
+fn write_guarded_shop(
+    dir: &std::path::Path,
+    pod: std::net::SocketAddr,
+    annotations: &[(&str, &str)],
+) {
+    write_manifest(
+        dir,
+        "shop.yaml",
+        &[
+            annotated_ingress(
+                "admin",
+                "shop.test",
+                &[("/admin", "Prefix", "web", 80)],
+                annotations,
+            ),
+            service("web", 80, &[pod]),
+        ],
+    );
+}
+
+async fn request_with(
+    sluice: &Sluice,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &'static str,
+) -> Reply {
+    send(
+        &http_client(),
+        method,
+        &sluice.url(path),
+        "shop.test",
+        headers,
+        Bytes::from_static(body.as_bytes()),
+    )
+    .await
+    .unwrap()
+}
+
+fn header_of(reply: &Reply, name: &str) -> Vec<String> {
+    reply
+        .headers
+        .get_all(name)
+        .iter()
+        .map(|value| value.to_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_auth_runs_the_oauth2_proxy_flow_with_nginx_auth_request_semantics() {
+    let pod = sluice_testkit::RawBackend::start(support::pod_ip(158))
+        .await
+        .unwrap();
+    let auth = sluice_testkit::start_auth_service(support::pod_ip(159))
+        .await
+        .unwrap();
+    let auth_url = format!("http://{}/oauth2/auth", auth.addr());
+    let dir = tempfile::tempdir().unwrap();
+    write_guarded_shop(
+        dir.path(),
+        pod.addr(),
+        &[
+            (AUTH_URL, &auth_url),
+            (
+                "nginx.ingress.kubernetes.io/auth-signin",
+                "https://auth.test/oauth2/start",
+            ),
+            (
+                "nginx.ingress.kubernetes.io/auth-response-headers",
+                "X-Auth-Request-User, X-Auth-Request-Email",
+            ),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    // Not signed in: the auth service's 401 becomes a redirect to the sign-in page.
+    let reply = request_with(&sluice, Method::GET, "/admin/a?x=1", &[], "").await;
+    assert_eq!(reply.status, 302);
+    assert_eq!(
+        header_of(&reply, "location"),
+        ["https://auth.test/oauth2/start?rd=http://shop.test%2Fadmin%2Fa%3Fx%3D1"]
+    );
+    let asked = auth.only_request();
+    assert_eq!(asked.request_line(), "GET /oauth2/auth HTTP/1.1");
+    assert_eq!(
+        asked.header_values("x-original-url"),
+        ["http://shop.test/admin/a?x=1"]
+    );
+    assert_eq!(asked.header_values("x-original-method"), ["GET"]);
+    assert_eq!(
+        asked.header_values("x-auth-request-redirect"),
+        ["/admin/a?x=1"]
+    );
+    assert_eq!(
+        asked.header_values("host"),
+        [auth.addr().to_string().as_str()]
+    );
+    assert_eq!(pod.requests().len(), 0, "the pod never saw it");
+    // Signed in: the pod gets the auth service's headers, never the client's own copies.
+    let cookie = format!("{}=ana", sluice_testkit::SESSION_COOKIE);
+    let signed_in = [
+        ("cookie", cookie.as_str()),
+        ("x-auth-request-user", "mallory"),
+    ];
+    let reply = request_with(&sluice, Method::POST, "/admin/save", &signed_in, "payload").await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        header_of(&reply, "set-cookie"),
+        ["_oauth2_proxy=ana; Path=/; HttpOnly"]
+    );
+    let forwarded = pod.only_request();
+    assert_eq!(forwarded.header_values("x-auth-request-user"), ["ana"]);
+    assert_eq!(
+        forwarded.header_values("x-auth-request-email"),
+        ["ana@example.test"]
+    );
+    assert_eq!(forwarded.body, b"payload");
+    let asked = &auth.requests()[1];
+    assert_eq!(asked.request_line(), "GET /oauth2/auth HTTP/1.1");
+    assert_eq!(asked.header_values("x-original-method"), ["POST"]);
+    assert!(asked.header_values("content-length").is_empty());
+    assert!(
+        asked.body.is_empty(),
+        "the auth service never gets the body"
+    );
+    // A banned user: the auth service's 403 goes to the client.
+    let banned = format!("{}=banned", sluice_testkit::SESSION_COOKIE);
+    let reply = request_with(
+        &sluice,
+        Method::GET,
+        "/admin",
+        &[("cookie", banned.as_str())],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(pod.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_auth_401_passes_through_and_a_failing_or_silent_auth_service_is_a_500() {
+    let pod = sluice_testkit::RawBackend::start(support::pod_ip(160))
+        .await
+        .unwrap();
+    let auth = sluice_testkit::start_auth_service(support::pod_ip(161))
+        .await
+        .unwrap();
+    let silent = std::net::TcpListener::bind((support::pod_ip(162), 0)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let auth_url = format!("http://{}/oauth2/auth", auth.addr());
+    write_guarded_shop(dir.path(), pod.addr(), &[(AUTH_URL, &auth_url)]);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let reply = request_with(&sluice, Method::GET, "/admin", &[], "").await;
+    assert_eq!(reply.status, 401);
+    assert_eq!(
+        header_of(&reply, "www-authenticate"),
+        ["Bearer realm=\"oauth2\""]
+    );
+    assert!(
+        header_of(&reply, "set-cookie").is_empty(),
+        "only with auth-always-set-cookie"
+    );
+    // An answer that is neither 2xx, 401 nor 403 (here a 404): 500.
+    let wrong = format!("http://{}/nope", auth.addr());
+    write_guarded_shop(dir.path(), pod.addr(), &[(AUTH_URL, &wrong)]);
+    sluice.wait_for_generation_after(1).await;
+    assert_eq!(
+        request_with(&sluice, Method::GET, "/admin", &[], "")
+            .await
+            .status,
+        500
+    );
+    // No answer within the route's proxy-read-timeout: 500.
+    let never = format!("http://{}/oauth2/auth", silent.local_addr().unwrap());
+    write_guarded_shop(
+        dir.path(),
+        pod.addr(),
+        &[
+            (AUTH_URL, &never),
+            ("nginx.ingress.kubernetes.io/proxy-read-timeout", "1"),
+        ],
+    );
+    sluice.wait_for_generation_after(2).await;
+    let started = std::time::Instant::now();
+    assert_eq!(
+        request_with(&sluice, Method::GET, "/admin", &[], "")
+            .await
+            .status,
+        500
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(pod.requests().is_empty());
+}

@@ -1,5 +1,6 @@
-//! Real things on loopback for tests and the demo: echo backends that answer with their name, a raw backend that reports requests byte for byte, HTTP clients, streaming bodies and a load generator.
+//! Real things on loopback for tests and the demo: echo backends that answer with their name, a raw backend that reports requests byte for byte, an oauth2-proxy-like auth service, HTTP clients, streaming bodies and a load generator.
 
+mod auth;
 mod body;
 mod client;
 mod echo;
@@ -8,6 +9,7 @@ mod load;
 mod raw;
 mod tls;
 
+pub use auth::{start_auth_service, SESSION_COOKIE};
 pub use body::{PatternBody, PATTERN_CHUNK};
 pub use client::{get, h2_send, h2c_client, http_client, send, Reply};
 pub use echo::{EchoBackend, EchoError};

@@ -95,6 +95,9 @@ pub struct RawBackendOptions {
     pub close_notice: Duration,
     /// Announce `idle_close` in a `Keep-Alive: timeout=N` response header, as Node does.
     pub announce_idle_close: bool,
+    /// Answers each request with this function's complete HTTP/1.1 response (head and body,
+    /// with its `content-length`) instead of the JSON description.
+    pub answer: Option<fn(&RawRequest) -> String>,
 }
 
 /// A running raw backend. Stops when dropped, closing its connections.
@@ -202,6 +205,7 @@ async fn serve(
             connection: number,
         };
         let close = !complete || wants_close(&request);
+        let answered = options.answer.map(|answer| answer(&request));
         let answer = request.describe();
         if let Ok(mut requests) = shared.requests.lock() {
             requests.push(request);
@@ -216,10 +220,13 @@ async fn serve(
             }
             _ => String::new(),
         };
-        let response = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{connection}\r\n{answer}",
-            answer.len(),
-        );
+        let response = match answered {
+            Some(response) => response,
+            None => format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{connection}\r\n{answer}",
+                answer.len(),
+            ),
+        };
         if stream.write_all(response.as_bytes()).await.is_err() || close {
             return;
         }

@@ -83,10 +83,24 @@ pub(crate) enum Setting {
     CanaryByCookie,
     CanaryWeight,
     CanaryWeightTotal,
+    AuthUrl,
+    AuthMethod,
+    AuthSignin,
+    AuthSigninRedirectParam,
+    AuthResponseHeaders,
+    AuthRequestRedirect,
+    AuthCacheKey,
+    AuthCacheDuration,
+    AuthAlwaysSetCookie,
+    Satisfy,
+    AuthType,
+    AuthSecret,
+    AuthSecretType,
+    AuthRealm,
 }
 
 impl Setting {
-    const ALL: [Setting; 63] = [
+    const ALL: [Setting; 77] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -150,6 +164,20 @@ impl Setting {
         Self::CanaryByCookie,
         Self::CanaryWeight,
         Self::CanaryWeightTotal,
+        Self::AuthUrl,
+        Self::AuthMethod,
+        Self::AuthSignin,
+        Self::AuthSigninRedirectParam,
+        Self::AuthResponseHeaders,
+        Self::AuthRequestRedirect,
+        Self::AuthCacheKey,
+        Self::AuthCacheDuration,
+        Self::AuthAlwaysSetCookie,
+        Self::Satisfy,
+        Self::AuthType,
+        Self::AuthSecret,
+        Self::AuthSecretType,
+        Self::AuthRealm,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -230,6 +258,20 @@ impl Setting {
             Self::CanaryByCookie => "canary-by-cookie",
             Self::CanaryWeight => "canary-weight",
             Self::CanaryWeightTotal => "canary-weight-total",
+            Self::AuthUrl => "auth-url",
+            Self::AuthMethod => "auth-method",
+            Self::AuthSignin => "auth-signin",
+            Self::AuthSigninRedirectParam => "auth-signin-redirect-param",
+            Self::AuthResponseHeaders => "auth-response-headers",
+            Self::AuthRequestRedirect => "auth-request-redirect",
+            Self::AuthCacheKey => "auth-cache-key",
+            Self::AuthCacheDuration => "auth-cache-duration",
+            Self::AuthAlwaysSetCookie => "auth-always-set-cookie",
+            Self::Satisfy => "satisfy",
+            Self::AuthType => "auth-type",
+            Self::AuthSecret => "auth-secret",
+            Self::AuthSecretType => "auth-secret-type",
+            Self::AuthRealm => "auth-realm",
         }
     }
 

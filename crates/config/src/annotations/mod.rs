@@ -2,6 +2,7 @@
 
 mod access;
 mod affinity;
+mod auth;
 mod balance;
 mod canary;
 mod cors;
@@ -20,6 +21,7 @@ use sluice_routing::{StickyCookie, UpstreamProtocol};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use values::{parse_bool, Found, Report};
 
+pub use auth::AuthSecret;
 pub(crate) use policy::ingress_policy;
 pub use policy::IngressPolicy;
 pub use retry::UNLIMITED_TRIES;

@@ -4,7 +4,7 @@ use sluice_routing::{RoutePolicy, UpstreamProtocol, UpstreamTimeouts};
 
 use super::keys::{PolicyKeys, Setting};
 use super::values::{parse_bool, parse_duration, parse_size, Report};
-use super::{access, affinity, balance, canary, cors, edits, retry, tls, Annotations};
+use super::{access, affinity, auth, balance, canary, cors, edits, retry, tls, Annotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 
 /// What an Ingress's policy annotations ask of its routes, before each Service has its say.
@@ -40,6 +40,9 @@ pub struct IngressPolicy {
     /// `canary: "true"`: the Ingress takes these requests from the main Ingress of each of
     /// its hosts and paths, and serves no route of its own.
     pub canary: Option<sluice_routing::CanaryRule>,
+    /// The Secret of `auth-type` basic or digest, which the compile reads into
+    /// `route.access.basic`.
+    pub auth_secret: Option<super::AuthSecret>,
 }
 
 /// `proxy-connect-timeout`, `proxy-send-timeout` and `proxy-read-timeout`: seconds as
@@ -164,6 +167,8 @@ pub(crate) fn ingress_policy(
             .is_some_and(|enabled| !enabled),
         ..RoutePolicy::default()
     };
+    let (access, auth_secret) = auth::access_control(&keys, namespace, &mut report);
+    let route = RoutePolicy { access, ..route };
     let backend_protocol = tls::backend_protocol(&keys, &mut report);
     let proxy_ssl_verify = tls::proxy_ssl_verify(&keys, namespace, &mut report);
     let endpoint_choice = [
@@ -200,6 +205,7 @@ pub(crate) fn ingress_policy(
         no_slash_redirect,
         server_aliases: server_aliases(&keys, &mut report),
         canary: canary::canary_rule(&keys, &mut report),
+        auth_secret,
         www_redirect: report
             .parse(
                 keys.get(Setting::FromToWwwRedirect),

@@ -1,5 +1,6 @@
 //! compile(): the pure step from a snapshot of Kubernetes objects to a routing table and diagnostics.
 
+mod auth;
 mod backend;
 mod class;
 mod endpoint_cache;
@@ -120,6 +121,14 @@ fn compile_ingress(
         let (roots, read) = tls::verify_roots(key, &verify, secrets, &mut compiler.diagnostics);
         policy.verify_roots = Some(roots);
         compiler.fragment.secrets.extend(read);
+    }
+    if let Some(secret) = policy.auth_secret.clone() {
+        let (basic, read) = auth::basic_auth(key, &secret, secrets, &mut compiler.diagnostics);
+        match basic {
+            Some(basic) => policy.route.access.basic = Some(basic),
+            None => policy.route.access.unavailable = true,
+        }
+        compiler.fragment.secrets.push(read);
     }
     compiler.add_ingress(key, ingress, annotations, &policy);
     compiler.fragment.tls = tls::tls_entries(key, ingress, &mut compiler.diagnostics);

@@ -1,0 +1,368 @@
+//! `auth-url` and its companions (external auth), `auth-type` with `auth-secret` and `auth-realm` (basic and digest), and `satisfy`.
+
+use std::time::Duration;
+
+use sluice_routing::{AccessControl, AuthCache, ExternalAuth, Variable};
+
+use super::keys::{PolicyKeys, Setting};
+use super::values::{parse_bool, Found, Report};
+
+/// The Secret `auth-secret` names, read by the compile: `namespace/name` (or a name in the
+/// Ingress's namespace), and how its users are stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthSecret {
+    pub namespace: String,
+    pub name: String,
+    /// `auth-secret-type: auth-map`: one key per user, the hash as its value; otherwise an
+    /// htpasswd (or htdigest) file under the key `auth`.
+    pub map: bool,
+    /// `auth-type: digest`.
+    pub digest: bool,
+    pub realm: String,
+    /// The diagnostic field naming `auth-secret`.
+    pub field: String,
+}
+
+/// ingress-nginx's default for `auth-realm`.
+const DEFAULT_REALM: &str = "Authentication Required";
+
+/// Reads the access annotations: the external auth (in the result), and the Secret of basic
+/// or digest auth, which the compile reads. An auth annotation that cannot be honoured makes
+/// the route refuse every request (`unavailable`) rather than let anyone in.
+pub(crate) fn access_control(
+    keys: &PolicyKeys<'_>,
+    namespace: &str,
+    report: &mut Report<'_>,
+) -> (AccessControl, Option<AuthSecret>) {
+    let mut access = AccessControl {
+        satisfy_any: report
+            .parse(
+                keys.get(Setting::Satisfy),
+                "any or all",
+                "all is used",
+                |value| match value {
+                    "any" => Some(true),
+                    "all" => Some(false),
+                    _ => None,
+                },
+            )
+            .unwrap_or(false),
+        ..AccessControl::default()
+    };
+    if let Some(found) = keys.get(Setting::AuthUrl) {
+        match external_auth(found, keys, report) {
+            Some(external) => access.external = Some(external),
+            None => access.unavailable = true,
+        }
+    }
+    let secret = basic_secret(keys, namespace, report, &mut access);
+    (access, secret)
+}
+
+fn basic_secret(
+    keys: &PolicyKeys<'_>,
+    namespace: &str,
+    report: &mut Report<'_>,
+    access: &mut AccessControl,
+) -> Option<AuthSecret> {
+    let auth_type = keys.get(Setting::AuthType)?;
+    let digest = match auth_type.value.trim() {
+        "basic" => false,
+        "digest" => true,
+        other => {
+            let message = format!("invalid value {other:?}: expected basic or digest; every request to the Ingress is refused (503) until it is fixed");
+            report.error(auth_type, message);
+            access.unavailable = true;
+            return None;
+        }
+    };
+    let Some(found) = keys.get(Setting::AuthSecret) else {
+        report.error(auth_type, "auth-type is set but auth-secret names no Secret; every request to the Ingress is refused (503) until it is fixed");
+        access.unavailable = true;
+        return None;
+    };
+    let (secret_namespace, name) = match found.value.trim().split_once('/') {
+        Some((ns, name)) => (ns.to_owned(), name.to_owned()),
+        None => (namespace.to_owned(), found.value.trim().to_owned()),
+    };
+    let map = keys
+        .get(Setting::AuthSecretType)
+        .is_some_and(|found| found.value.trim() == "auth-map");
+    let realm = keys
+        .get(Setting::AuthRealm)
+        .map_or(DEFAULT_REALM, |found| found.value.trim())
+        .to_owned();
+    Some(AuthSecret {
+        namespace: secret_namespace,
+        name,
+        map,
+        digest,
+        realm,
+        field: found.field(),
+    })
+}
+
+fn external_auth(
+    url: Found<'_>,
+    keys: &PolicyKeys<'_>,
+    report: &mut Report<'_>,
+) -> Option<ExternalAuth> {
+    let refuse = "every request to the Ingress is refused (503) until it is fixed";
+    let parsed_url = template(url, report, refuse)?;
+    if !absolute_url(&parsed_url) {
+        let message = format!("invalid value {:?}: expected an http:// or https:// URL, which may use nginx variables such as $host; {refuse}", url.value);
+        report.error(url, message);
+        return None;
+    }
+    let optional = |setting, report: &mut Report<'_>| {
+        let found = keys.get(setting)?;
+        template(found, report, "it is ignored")
+    };
+    let signin = optional(Setting::AuthSignin, report);
+    let request_redirect = optional(Setting::AuthRequestRedirect, report);
+    Some(ExternalAuth {
+        url: parsed_url,
+        method: report.parse(
+            keys.get(Setting::AuthMethod),
+            "an HTTP method such as GET or POST",
+            "GET is used",
+            |value| {
+                http::Method::from_bytes(value.as_bytes())
+                    .ok()
+                    .map(|m| m.to_string())
+            },
+        ),
+        signin,
+        signin_redirect_param: report
+            .parse(
+                keys.get(Setting::AuthSigninRedirectParam),
+                "a query parameter name",
+                "rd is used",
+                |value| {
+                    let token = value
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+                    (token && !value.is_empty()).then(|| value.to_owned())
+                },
+            )
+            .unwrap_or_else(|| "rd".to_owned()),
+        response_headers: header_names(keys.get(Setting::AuthResponseHeaders), report),
+        request_redirect,
+        cache: cache(keys, report),
+        always_set_cookie: report
+            .parse(
+                keys.get(Setting::AuthAlwaysSetCookie),
+                "true or false",
+                "the auth service's cookie is set on successful responses only",
+                parse_bool,
+            )
+            .unwrap_or(false),
+    })
+}
+
+/// `auth-response-headers`: comma-separated header names; an invalid one is dropped with a
+/// warning.
+fn header_names(found: Option<Found<'_>>, report: &mut Report<'_>) -> Vec<String> {
+    let Some(found) = found else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    for name in found
+        .value
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        match http::HeaderName::from_bytes(name.as_bytes()) {
+            Ok(header) => names.push(header.as_str().to_owned()),
+            Err(_) => report.warning(
+                found,
+                format!("{name:?} is not a header name; it is ignored, the others are copied"),
+            ),
+        }
+    }
+    names
+}
+
+/// `auth-cache-key` with `auth-cache-duration` (nginx's `proxy_cache_valid`: status codes,
+/// then a time; default `200 202 401 5m`).
+fn cache(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<AuthCache> {
+    let duration_found = keys.get(Setting::AuthCacheDuration);
+    let Some(key_found) = keys.get(Setting::AuthCacheKey) else {
+        if let Some(found) = duration_found {
+            report.warning(
+                found,
+                "ignored: auth-cache-key is not set, so nothing is cached",
+            );
+        }
+        return None;
+    };
+    let key = template(key_found, report, "nothing is cached")?;
+    let (statuses, duration) = report
+        .parse(
+            duration_found,
+            "status codes then a time, such as 200 202 401 5m",
+            "200 202 401 for 5m is used",
+            cache_validity,
+        )
+        .unwrap_or_else(|| (vec![200, 202, 401], Duration::from_secs(300)));
+    Some(AuthCache {
+        key,
+        statuses,
+        duration,
+    })
+}
+
+fn cache_validity(value: &str) -> Option<(Vec<u16>, Duration)> {
+    let mut words: Vec<&str> = value.split_whitespace().collect();
+    let time = words.pop()?;
+    let duration = if time.bytes().all(|b| b.is_ascii_digit()) {
+        Duration::from_secs(time.parse().ok()?)
+    } else {
+        humantime::parse_duration(time).ok()?
+    };
+    let statuses = if words.is_empty() {
+        vec![200, 301, 302]
+    } else {
+        words
+            .iter()
+            .map(|code| code.parse::<u16>().ok().filter(|c| (100..600).contains(c)))
+            .collect::<Option<Vec<u16>>>()?
+    };
+    Some((statuses, duration))
+}
+
+/// A value with nginx variables as parts; an unknown variable is a warning and `None`.
+pub(crate) fn template(
+    found: Found<'_>,
+    report: &mut Report<'_>,
+    otherwise: &str,
+) -> Option<Vec<Variable>> {
+    match parse_template(found.value.trim()) {
+        Ok(parts) => Some(parts),
+        Err(name) => {
+            let message = format!("${name} is not an nginx variable sluice fills in ($host, $http_host, $scheme, $request_uri, $escaped_request_uri, $request_method, $remote_addr, $http_NAME, $cookie_NAME, $arg_NAME); {otherwise}");
+            report.warning(found, message);
+            None
+        }
+    }
+}
+
+fn parse_template(value: &str) -> Result<Vec<Variable>, String> {
+    let mut parts = Vec::new();
+    let mut text = String::new();
+    let mut rest = value;
+    while let Some(dollar) = rest.find('$') {
+        text.push_str(&rest[..dollar]);
+        let after = &rest[dollar + 1..];
+        let end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        let name = &after[..end];
+        let variable = variable(name).ok_or_else(|| name.to_owned())?;
+        if !text.is_empty() {
+            parts.push(Variable::Text(std::mem::take(&mut text)));
+        }
+        parts.push(variable);
+        rest = &after[end..];
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        parts.push(Variable::Text(text));
+    }
+    Ok(parts)
+}
+
+fn variable(name: &str) -> Option<Variable> {
+    let named = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .filter(|rest| !rest.is_empty())
+            .map(str::to_owned)
+    };
+    Some(match name {
+        "host" => Variable::Host,
+        "http_host" | "best_http_host" => Variable::HttpHost,
+        "scheme" | "pass_access_scheme" => Variable::Scheme,
+        "request_uri" => Variable::RequestUri,
+        "escaped_request_uri" => Variable::EscapedRequestUri,
+        "request_method" => Variable::RequestMethod,
+        "remote_addr" => Variable::RemoteAddr,
+        _ => {
+            if let Some(header) = named("http_") {
+                Variable::Header(header.replace('_', "-"))
+            } else if let Some(cookie) = named("cookie_") {
+                Variable::Cookie(cookie)
+            } else {
+                Variable::Arg(named("arg_")?)
+            }
+        }
+    })
+}
+
+/// Whether the template, with sample values, is an absolute http(s) URL.
+fn absolute_url(parts: &[Variable]) -> bool {
+    let sample: String = parts
+        .iter()
+        .map(|part| match part {
+            Variable::Text(text) => text.as_str(),
+            Variable::Scheme => "https",
+            Variable::Host | Variable::HttpHost => "example.com",
+            Variable::RequestUri | Variable::EscapedRequestUri => "/path",
+            _ => "x",
+        })
+        .collect();
+    http::Uri::try_from(sample.as_str())
+        .is_ok_and(|uri| matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_know_nginx_variables() {
+        assert_eq!(
+            parse_template("https://$host/oauth2/start?rd=$escaped_request_uri"),
+            Ok(vec![
+                Variable::Text("https://".into()),
+                Variable::Host,
+                Variable::Text("/oauth2/start?rd=".into()),
+                Variable::EscapedRequestUri,
+            ])
+        );
+        assert_eq!(
+            parse_template("$remote_addr$http_authorization$cookie_session"),
+            Ok(vec![
+                Variable::RemoteAddr,
+                Variable::Header("authorization".into()),
+                Variable::Cookie("session".into()),
+            ])
+        );
+        assert_eq!(parse_template("https://a.test$uri"), Err("uri".to_owned()));
+    }
+
+    #[test]
+    fn cache_validity_reads_codes_then_a_time() {
+        assert_eq!(
+            cache_validity("200 202 401 5m"),
+            Some((vec![200, 202, 401], Duration::from_secs(300)))
+        );
+        assert_eq!(
+            cache_validity("30s"),
+            Some((vec![200, 301, 302], Duration::from_secs(30)))
+        );
+        assert_eq!(cache_validity("200 abc 5m"), None);
+        assert_eq!(cache_validity(""), None);
+    }
+
+    #[test]
+    fn an_auth_url_must_be_absolute() {
+        assert!(absolute_url(
+            &parse_template("http://auth.test/verify").unwrap()
+        ));
+        assert!(absolute_url(
+            &parse_template("https://$host/oauth2/auth").unwrap()
+        ));
+        assert!(!absolute_url(&parse_template("/oauth2/auth").unwrap()));
+    }
+}
