@@ -969,3 +969,269 @@ async fn external_auth_401_passes_through_and_a_failing_or_silent_auth_service_i
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     assert!(pod.requests().is_empty());
 }
+
+/// Runs `openssl` with `args` and returns its output, trimmed.
+fn openssl(args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("openssl")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("openssl is installed");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// A Secret with `data` as stringData lines.
+fn secret(name: &str, data: &[(&str, &str)]) -> String {
+    let mut yaml =
+        format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\nstringData:\n");
+    for (key, value) in data {
+        yaml.push_str(&format!("  {key}: {value:?}\n"));
+    }
+    yaml
+}
+
+fn basic(user_password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(user_password)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_checks_htpasswd_apr1_sha1_and_bcrypt_users_and_satisfy_any_admits_ranges() {
+    let pods = pods_on(&["web"], 163, 0).await;
+    let apr1 = openssl(
+        &["passwd", "-apr1", "-salt", "s4ltS4lt", "-stdin"],
+        "ana-pw",
+    );
+    // htpasswd -s: base64 of the binary SHA-1.
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "printf %s bob-pw | openssl dgst -sha1 -binary | openssl base64",
+        ])
+        .output()
+        .unwrap();
+    let sha1 = format!("{{SHA}}{}", String::from_utf8(out.stdout).unwrap().trim());
+    let bcrypt = bcrypt::hash("cat-pw", 4).unwrap();
+    let htpasswd = format!("ana:{apr1}\nbob:{sha1}\ncat:{bcrypt}\n");
+    let dir = tempfile::tempdir().unwrap();
+    let write = |annotations: &[(&str, &str)]| {
+        write_manifest(
+            dir.path(),
+            "shop.yaml",
+            &[
+                annotated_ingress(
+                    "admin",
+                    "shop.test",
+                    &[("/admin", "Prefix", "web", 80)],
+                    annotations,
+                ),
+                service("web", 80, &[pods[0].addr()]),
+                secret("users", &[("auth", &htpasswd)]),
+                secret("user-map", &[("dan", &apr1)]),
+            ],
+        );
+    };
+    let basic_auth = [
+        ("nginx.ingress.kubernetes.io/auth-type", "basic"),
+        ("nginx.ingress.kubernetes.io/auth-secret", "users"),
+        ("nginx.ingress.kubernetes.io/auth-realm", "Shop staff"),
+    ];
+    write(&basic_auth);
+    let sluice = Sluice::start(dir.path(), &["--trusted-proxies", "127.0.0.0/8"]).await;
+    let status = |authorization: Option<String>, client: Option<&'static str>| {
+        let sluice = &sluice;
+        async move {
+            let mut headers = Vec::new();
+            if let Some(value) = &authorization {
+                headers.push(("authorization", value.as_str()));
+            }
+            if let Some(client) = client {
+                headers.push(("x-forwarded-for", client));
+            }
+            request_with(sluice, Method::GET, "/admin", &headers, "").await
+        }
+    };
+    let refused = status(None, None).await;
+    assert_eq!(refused.status, 401);
+    assert_eq!(
+        header_of(&refused, "www-authenticate"),
+        ["Basic realm=\"Shop staff\""]
+    );
+    for good in ["ana:ana-pw", "bob:bob-pw", "cat:cat-pw"] {
+        assert_eq!(status(Some(basic(good)), None).await.status, 200, "{good}");
+    }
+    for bad in ["ana:bob-pw", "bob:", "eve:ana-pw", "cat:cat-pX"] {
+        assert_eq!(status(Some(basic(bad)), None).await.status, 401, "{bad}");
+    }
+    // auth-map: one key per user.
+    let map = [
+        ("nginx.ingress.kubernetes.io/auth-type", "basic"),
+        ("nginx.ingress.kubernetes.io/auth-secret", "user-map"),
+        ("nginx.ingress.kubernetes.io/auth-secret-type", "auth-map"),
+    ];
+    write(&map);
+    sluice.wait_for_generation_after(1).await;
+    assert_eq!(status(Some(basic("dan:ana-pw")), None).await.status, 200);
+    assert_eq!(status(Some(basic("ana:ana-pw")), None).await.status, 401);
+    // satisfy any: a client inside the allowlist needs no password; others still may sign in.
+    let mut any = basic_auth.to_vec();
+    any.push((
+        "nginx.ingress.kubernetes.io/allowlist-source-range",
+        "10.0.0.0/8",
+    ));
+    any.push(("nginx.ingress.kubernetes.io/satisfy", "any"));
+    write(&any);
+    sluice.wait_for_generation_after(2).await;
+    assert_eq!(status(None, Some("10.1.2.3")).await.status, 200);
+    assert_eq!(status(None, Some("192.0.2.1")).await.status, 401);
+    assert_eq!(
+        status(Some(basic("ana:ana-pw")), Some("192.0.2.1"))
+            .await
+            .status,
+        200
+    );
+    // satisfy all (the default): both the range and the password are needed.
+    any.pop();
+    write(&any);
+    sluice.wait_for_generation_after(3).await;
+    assert_eq!(status(None, Some("10.1.2.3")).await.status, 401);
+    assert_eq!(
+        status(Some(basic("ana:ana-pw")), Some("192.0.2.1"))
+            .await
+            .status,
+        403
+    );
+    // A missing Secret refuses everyone.
+    write(&[
+        ("nginx.ingress.kubernetes.io/auth-type", "basic"),
+        ("nginx.ingress.kubernetes.io/auth-secret", "nobody"),
+    ]);
+    sluice.wait_for_generation_after(4).await;
+    assert_eq!(status(Some(basic("ana:ana-pw")), None).await.status, 503);
+    let (_, report) = run_check(dir.path());
+    assert!(
+        report.contains("Secret default/nobody: the Secret does not exist"),
+        "{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_auth_signs_in_curl_with_an_htdigest_user() {
+    let pods = pods_on(&["web"], 164, 0).await;
+    let ha1 = openssl(&["dgst", "-md5", "-r"], "ana:Shop:ana-pw");
+    let ha1 = ha1.split_whitespace().next().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "shop.yaml",
+        &[
+            annotated_ingress(
+                "admin",
+                "shop.test",
+                &[("/admin", "Prefix", "web", 80)],
+                &[
+                    ("nginx.ingress.kubernetes.io/auth-type", "digest"),
+                    ("nginx.ingress.kubernetes.io/auth-secret", "users"),
+                    ("nginx.ingress.kubernetes.io/auth-realm", "Shop"),
+                ],
+            ),
+            service("web", 80, &[pods[0].addr()]),
+            secret("users", &[("auth", &format!("ana:Shop:{ha1}\n"))]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let curl = |user: &str| {
+        let output = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--digest",
+                "-u",
+                user,
+            ])
+            .args(["-H", "Host: shop.test"])
+            .arg(sluice.url("/admin/report?period=day"))
+            .output()
+            .unwrap();
+        String::from_utf8(output.stdout).unwrap()
+    };
+    assert_eq!(curl("ana:ana-pw"), "200");
+    assert_eq!(curl("ana:wrong"), "401");
+    assert_eq!(pods[0].requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_cache_key_keeps_the_auth_services_answer_per_key() {
+    let pod = sluice_testkit::RawBackend::start(support::pod_ip(165))
+        .await
+        .unwrap();
+    let auth = sluice_testkit::start_auth_service(support::pod_ip(166))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let auth_url = format!("http://{}/oauth2/auth", auth.addr());
+    write_guarded_shop(
+        dir.path(),
+        pod.addr(),
+        &[
+            (AUTH_URL, &auth_url),
+            (
+                "nginx.ingress.kubernetes.io/auth-cache-key",
+                "$cookie__oauth2_proxy",
+            ),
+            (
+                "nginx.ingress.kubernetes.io/auth-cache-duration",
+                "200 202 1m",
+            ),
+            (
+                "nginx.ingress.kubernetes.io/auth-response-headers",
+                "X-Auth-Request-User",
+            ),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    for user in ["ana", "ana", "bob", "ana"] {
+        let cookie = format!("{}={user}", sluice_testkit::SESSION_COOKIE);
+        let reply = request_with(
+            &sluice,
+            Method::GET,
+            "/admin",
+            &[("cookie", cookie.as_str())],
+            "",
+        )
+        .await;
+        assert_eq!(reply.status, 200);
+    }
+    assert_eq!(auth.requests().len(), 2, "one question per session");
+    let users: Vec<String> = pod
+        .requests()
+        .iter()
+        .map(|request| request.header_values("x-auth-request-user").join(","))
+        .collect();
+    assert_eq!(users, ["ana", "ana", "bob", "ana"]);
+    // 401 is not in the cached statuses: asked every time.
+    for _ in 0..2 {
+        assert_eq!(
+            request_with(&sluice, Method::GET, "/admin", &[], "")
+                .await
+                .status,
+            401
+        );
+    }
+    assert_eq!(auth.requests().len(), 4);
+}

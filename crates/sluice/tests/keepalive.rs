@@ -89,6 +89,7 @@ async fn pods_behind_sluice(announce: bool) -> (Vec<RawBackend>, tempfile::TempD
             idle_close: Some(Duration::from_secs(1)),
             close_notice: Duration::from_millis(50),
             announce_idle_close: announce,
+            ..RawBackendOptions::default()
         };
         let addr = SocketAddr::new(pod_ip(route, announce), 0);
         pods.push(RawBackend::start_with(addr, options).await.unwrap());

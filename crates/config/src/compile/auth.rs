@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Secret;
 use sluice_routing::BasicAuth;
 
 use super::incremental::Version;
-use super::tls::SecretRead;
+use super::tls::{secret_value, SecretRead};
 use crate::annotations::AuthSecret;
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use crate::snapshot::ObjectKey;
@@ -30,25 +30,24 @@ pub(super) fn basic_auth(
         );
         diagnostics.error(&object, auth.field.clone(), message);
     };
-    let Some(data) = secret.map(|s| s.data.clone().unwrap_or_default()) else {
+    let Some(secret) = secret else {
         refuse(diagnostics, "the Secret does not exist");
         return (None, read);
     };
     let entries: Vec<(String, String)> = if auth.map {
-        data.iter()
-            .map(|(user, hash)| {
-                (
-                    user.clone(),
-                    String::from_utf8_lossy(&hash.0).trim().to_owned(),
-                )
+        secret_keys(secret)
+            .into_iter()
+            .filter_map(|user| {
+                let hash = secret_value(secret, &user)?;
+                Some((user, String::from_utf8_lossy(hash).trim().to_owned()))
             })
             .collect()
     } else {
-        let Some(file) = data.get("auth") else {
+        let Some(file) = secret_value(secret, "auth") else {
             refuse(diagnostics, "it has no key \"auth\" (an htpasswd file)");
             return (None, read);
         };
-        String::from_utf8_lossy(&file.0)
+        String::from_utf8_lossy(file)
             .lines()
             .map(str::trim)
             .filter(|line| !line.is_empty() && !line.starts_with('#'))
@@ -87,6 +86,16 @@ pub(super) fn basic_auth(
         users,
     };
     (Some(basic), read)
+}
+
+/// The keys of a Secret, from `data` and `stringData`.
+fn secret_keys(secret: &Secret) -> Vec<String> {
+    let data = secret.data.iter().flat_map(|data| data.keys());
+    let string_data = secret.string_data.iter().flat_map(|data| data.keys());
+    let mut keys: Vec<String> = data.chain(string_data).cloned().collect();
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// The hash to check passwords against, when it is one sluice can check: for digest, the

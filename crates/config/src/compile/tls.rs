@@ -179,7 +179,7 @@ impl SecretCache {
 }
 
 /// A Secret's value for `name`, from `data` (base64 in YAML) or `stringData`.
-fn secret_value<'s>(secret: &'s Secret, name: &str) -> Option<&'s [u8]> {
+pub(super) fn secret_value<'s>(secret: &'s Secret, name: &str) -> Option<&'s [u8]> {
     secret
         .data
         .as_ref()
