@@ -49,6 +49,9 @@ pub enum ProxyError {
     },
     #[error("the auth service failed or did not answer in time")]
     AuthFailed,
+    /// Over a per-client limit (`limit-rps`, `limit-rpm`, `limit-connections`).
+    #[error("client over the route's limit")]
+    Limited { status: StatusCode },
     #[error("redirected to {location:?}")]
     Redirect {
         status: StatusCode,
@@ -76,6 +79,7 @@ impl ProxyError {
             Self::Preflight(_) => StatusCode::NO_CONTENT,
             Self::AuthDenied { status, .. } => *status,
             Self::AuthFailed => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Limited { status } => *status,
             Self::Redirect { status, .. } => *status,
         }
     }
@@ -105,6 +109,13 @@ impl ProxyError {
             }
             Self::AuthDenied { .. } => "401 authorization required\n",
             Self::AuthFailed => "500 internal server error\n",
+            Self::Limited { status } if *status == StatusCode::TOO_MANY_REQUESTS => {
+                "429 too many requests\n"
+            }
+            Self::Limited { status } if *status == StatusCode::SERVICE_UNAVAILABLE => {
+                "503 service temporarily unavailable\n"
+            }
+            Self::Limited { .. } => "request limited\n",
             Self::Redirect { .. } => "redirecting\n",
         }
     }

@@ -59,6 +59,7 @@ fn status_of(error: &ProxyError) -> u8 {
         }
         ProxyError::AuthDenied { .. } => UNAUTHENTICATED,
         ProxyError::AuthFailed => INTERNAL,
+        ProxyError::Limited { .. } => RESOURCE_EXHAUSTED,
         ProxyError::ResponseTimeout | ProxyError::UploadStalled | ProxyError::ClientBodyTimeout => {
             DEADLINE_EXCEEDED
         }

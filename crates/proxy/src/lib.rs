@@ -20,6 +20,7 @@ mod grpc;
 mod headers;
 mod health;
 mod inbound;
+mod limits;
 mod log_phase;
 mod options;
 mod passwords;

@@ -28,6 +28,7 @@ use crate::access::Access;
 use crate::cors::CorsFilter;
 use crate::edits::{AppRoot, ResponseHeaders, Rewrite, RouteRedirect, UpstreamHead};
 use crate::error::ProxyError;
+use crate::limits::ClientLimits;
 use crate::server::ClientInfo;
 use crate::sticky::{request_cookie, set_cookie, SessionKey};
 
@@ -60,6 +61,8 @@ pub(crate) struct RequestContext<'r> {
     pub(crate) cors_origin: Option<HeaderValue>,
     /// The auth service's grant, while it has cookies for the response.
     pub(crate) auth_cookies: Option<crate::access::Grant>,
+    /// The request's place under `limit-connections`, given back when the request ends.
+    pub(crate) connection_slot: Option<crate::limits::ConnectionSlot>,
 }
 
 /// What the phases may use from the proxy as a whole.
@@ -137,6 +140,9 @@ impl Filters {
             filters.push(Box::new(HttpsRedirect {
                 force: tls.force_ssl_redirect,
             }));
+        }
+        if let Some(limits) = &policy.limits {
+            filters.push(Box::new(ClientLimits::new(limits)));
         }
         if policy.source_ranges.is_set() && !Access::takes_source_ranges(policy) {
             filters.push(Box::new(SourceRangeCheck(policy.source_ranges.clone())));

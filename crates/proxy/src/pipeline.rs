@@ -138,6 +138,7 @@ impl Proxy {
             attempts: 0,
             cors_origin: None,
             auth_cookies: None,
+            connection_slot: None,
         };
         // Boxed: the forwarding future is large (4.8 KB), and hyper keeps the handler's
         // future in a per-connection box while the connection lives. Boxing it here makes

@@ -26,7 +26,7 @@ pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};
 pub use path::{PathKind, PathMatch};
 pub use policy::{
-    Balancer, Cors, HashKey, Listeners, OriginPattern, Redirect, RequestEdits, RetryOn,
+    Balancer, Cors, HashKey, Listeners, OriginPattern, RateLimits, Redirect, RequestEdits, RetryOn,
     RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict, StickyCookie, TlsPolicy,
     UpstreamProtocol, UpstreamTimeouts, UpstreamTls, UrlPart,
 };

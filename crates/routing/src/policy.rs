@@ -31,6 +31,9 @@ pub struct RoutePolicy {
     /// Which client addresses may use the route (`allowlist-source-range`,
     /// `denylist-source-range`).
     pub source_ranges: SourceRanges,
+    /// Requests and connections per client address (`limit-rps`, `limit-rpm`,
+    /// `limit-connections`).
+    pub limits: Option<RateLimits>,
     /// Basic, digest and external authentication, and `satisfy`.
     pub access: crate::access::AccessControl,
     /// Redirects and changes to the request and response heads (`temporal-redirect`,
@@ -47,6 +50,21 @@ pub struct RoutePolicy {
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
+}
+
+/// ingress-nginx's per-client limits: a leaky bucket per client address for requests (nginx's
+/// `limit_req` with `burst` and `nodelay`) and a cap on its requests in progress (`limit_conn`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RateLimits {
+    pub per_second: Option<u32>,
+    pub per_minute: Option<u32>,
+    pub connections: Option<u32>,
+    /// `limit-burst-multiplier` (default 5): the burst is the rate times this.
+    pub burst_multiplier: u32,
+    /// `limit-allowlist`: client ranges no limit applies to.
+    pub exempt: Vec<ipnet::IpNet>,
+    /// The status a limited request gets (503 as ingress-nginx, or `sluice.dev/limit-status-code`).
+    pub status: u16,
 }
 
 /// Redirects and request-head changes of a route, from ingress-nginx's annotations.

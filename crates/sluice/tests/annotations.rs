@@ -1235,3 +1235,91 @@ async fn auth_cache_key_keeps_the_auth_services_answer_per_key() {
     }
     assert_eq!(auth.requests().len(), 4);
 }
+
+/// `shop.test/` to `pod` with `annotations`.
+fn write_limited_shop(
+    dir: &std::path::Path,
+    pod: std::net::SocketAddr,
+    annotations: &[(&str, &str)],
+) {
+    write_manifest(
+        dir,
+        "shop.yaml",
+        &[
+            annotated_ingress(
+                "shop",
+                "shop.test",
+                &[("/", "Prefix", "web", 80)],
+                annotations,
+            ),
+            service("web", 80, &[pod]),
+        ],
+    );
+}
+
+/// The statuses of `count` GETs of `path` sent one after another.
+async fn statuses(sluice: &Sluice, path: &str, count: usize) -> Vec<u16> {
+    let mut seen = Vec::new();
+    for _ in 0..count {
+        seen.push(
+            request_with(sluice, Method::GET, path, &[], "")
+                .await
+                .status
+                .as_u16(),
+        );
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_rps_admits_the_burst_then_answers_503_or_the_chosen_status() {
+    let pods = pods_on(&["web"], 167, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let limits = [
+        ("nginx.ingress.kubernetes.io/limit-rps", "1"),
+        ("nginx.ingress.kubernetes.io/limit-burst-multiplier", "2"),
+    ];
+    write_limited_shop(dir.path(), pods[0].addr(), &limits);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    // One request and a burst of 1 × 2 pass at once; the rest are refused.
+    assert_eq!(
+        statuses(&sluice, "/", 6).await,
+        [200, 200, 200, 503, 503, 503]
+    );
+    assert_eq!(pods[0].requests(), 3);
+    // A second later one more request has drained.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(statuses(&sluice, "/", 2).await, [200, 503]);
+    let mut with_status = limits.to_vec();
+    with_status.push(("sluice.dev/limit-status-code", "429"));
+    write_limited_shop(dir.path(), pods[0].addr(), &with_status);
+    sluice.wait_for_generation_after(1).await;
+    assert_eq!(statuses(&sluice, "/", 4).await, [200, 200, 200, 429]);
+    // An exempt client is never limited.
+    let mut exempt = limits.to_vec();
+    exempt.push(("nginx.ingress.kubernetes.io/limit-whitelist", "127.0.0.0/8"));
+    write_limited_shop(dir.path(), pods[0].addr(), &exempt);
+    sluice.wait_for_generation_after(2).await;
+    assert_eq!(statuses(&sluice, "/", 6).await, [200; 6]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_connections_caps_a_clients_requests_in_progress() {
+    let pods = pods_on(&["web"], 168, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_limited_shop(
+        dir.path(),
+        pods[0].addr(),
+        &[("nginx.ingress.kubernetes.io/limit-connections", "1")],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let slow = request_with(&sluice, Method::GET, "/__testkit/sleep/600", &[], "");
+    let second = async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        request_with(&sluice, Method::GET, "/", &[], "").await
+    };
+    let (slow, second) = tokio::join!(slow, second);
+    assert_eq!((slow.status.as_u16(), second.status.as_u16()), (200, 503));
+    // Once the first is answered, the client may send again.
+    assert_eq!(statuses(&sluice, "/", 2).await, [200, 200]);
+}

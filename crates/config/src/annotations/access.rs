@@ -1,7 +1,7 @@
 //! `allowlist-source-range` (and its older name `whitelist-source-range`) and `denylist-source-range`: the client addresses a route admits.
 
 use ipnet::IpNet;
-use sluice_routing::SourceRanges;
+use sluice_routing::{RateLimits, SourceRanges};
 
 use super::keys::{PolicyKeys, Setting};
 use super::values::{Found, Report};
@@ -35,6 +35,60 @@ pub(crate) fn source_ranges(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> S
         }
     }
     ranges
+}
+
+/// `limit-rps`, `limit-rpm`, `limit-connections`, with `limit-burst-multiplier`,
+/// `limit-allowlist` (or its older name `limit-whitelist`) and `sluice.dev/limit-status-code`.
+/// An invalid value is a warning and that limit is off.
+pub(crate) fn rate_limits(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<RateLimits> {
+    let mut positive = |name, what: &str| {
+        report.parse(
+            keys.get(name),
+            "a whole number greater than 0",
+            &format!("no {what} limit"),
+            |value| value.parse::<u32>().ok().filter(|n| *n > 0),
+        )
+    };
+    let per_second = positive(Setting::LimitRps, "requests-per-second");
+    let per_minute = positive(Setting::LimitRpm, "requests-per-minute");
+    let connections = positive(Setting::LimitConnections, "connections");
+    let burst_multiplier = positive(Setting::LimitBurstMultiplier, "other burst").unwrap_or(5);
+    if per_second.is_none() && per_minute.is_none() && connections.is_none() {
+        return None;
+    }
+    let exempt_found = keys
+        .get(Setting::LimitAllowlist)
+        .or(keys.get(Setting::LimitWhitelist));
+    let exempt = match exempt_found.map(|found| (found, parse_ranges(found.value))) {
+        Some((found, Err(bad))) => {
+            let message = format!("{bad:?} is not an IPv4 or IPv6 address or CIDR range; no client is exempt from the limits");
+            report.warning(found, message);
+            Vec::new()
+        }
+        Some((_, Ok(ranges))) => ranges,
+        None => Vec::new(),
+    };
+    let status = report
+        .parse(
+            keys.get(Setting::LimitStatusCode),
+            "a status from 400 to 599, such as 429",
+            "503 is used, as in ingress-nginx",
+            |value| {
+                value
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|code| (400..600).contains(code))
+            },
+        )
+        .unwrap_or(503);
+    Some(RateLimits {
+        per_second,
+        per_minute,
+        connections,
+        burst_multiplier,
+        exempt,
+        status,
+    })
 }
 
 fn unreadable(found: Found<'_>, bad: &str, report: &mut Report<'_>) -> bool {

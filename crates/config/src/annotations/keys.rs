@@ -97,10 +97,17 @@ pub(crate) enum Setting {
     AuthSecret,
     AuthSecretType,
     AuthRealm,
+    LimitRps,
+    LimitRpm,
+    LimitConnections,
+    LimitBurstMultiplier,
+    LimitAllowlist,
+    LimitWhitelist,
+    LimitStatusCode,
 }
 
 impl Setting {
-    const ALL: [Setting; 77] = [
+    const ALL: [Setting; 84] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -178,6 +185,13 @@ impl Setting {
         Self::AuthSecret,
         Self::AuthSecretType,
         Self::AuthRealm,
+        Self::LimitRps,
+        Self::LimitRpm,
+        Self::LimitConnections,
+        Self::LimitBurstMultiplier,
+        Self::LimitAllowlist,
+        Self::LimitWhitelist,
+        Self::LimitStatusCode,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -272,6 +286,13 @@ impl Setting {
             Self::AuthSecret => "auth-secret",
             Self::AuthSecretType => "auth-secret-type",
             Self::AuthRealm => "auth-realm",
+            Self::LimitRps => "limit-rps",
+            Self::LimitRpm => "limit-rpm",
+            Self::LimitConnections => "limit-connections",
+            Self::LimitBurstMultiplier => "limit-burst-multiplier",
+            Self::LimitAllowlist => "limit-allowlist",
+            Self::LimitWhitelist => "limit-whitelist",
+            Self::LimitStatusCode => "limit-status-code",
         }
     }
 
@@ -288,6 +309,7 @@ impl Setting {
                 | Self::RequestHeaders
                 | Self::ResponseHeaders
                 | Self::TrailingSlashRedirect
+                | Self::LimitStatusCode
         )
     }
 }

@@ -154,6 +154,7 @@ pub(crate) fn ingress_policy(
         ),
         tls: tls::tls_policy(&keys, annotations, &mut report),
         source_ranges: access::source_ranges(&keys, &mut report),
+        limits: access::rate_limits(&keys, &mut report),
         edits: edits::request_edits(&keys, &mut report),
         cors: cors::cors(&keys, &mut report),
         timeouts: upstream_timeouts(&keys, &mut report),
