@@ -1323,3 +1323,30 @@ async fn limit_connections_caps_a_clients_requests_in_progress() {
     // Once the first is answered, the client may send again.
     assert_eq!(statuses(&sluice, "/", 2).await, [200, 200]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffering_and_http_version_annotations_are_explained_and_the_route_streams() {
+    let (pod, dir) = shop_files(
+        169,
+        &[
+            ("nginx.ingress.kubernetes.io/proxy-buffering", "on"),
+            ("nginx.ingress.kubernetes.io/proxy-request-buffering", "off"),
+            ("nginx.ingress.kubernetes.io/proxy-http-version", "1.0"),
+        ],
+    )
+    .await;
+    let (code, report) = run_check(dir.path());
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains("sluice streams responses, as with off"),
+        "{report}"
+    );
+    assert!(
+        report.contains("off is sluice's normal behaviour: request bodies stream"),
+        "{report}"
+    );
+    assert!(report.contains("HTTP/1.0 is not offered"), "{report}");
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    assert_eq!(get_as(&sluice, "/admin", None).await.status, 200);
+    assert_eq!(pod.requests(), 1);
+}

@@ -104,10 +104,13 @@ pub(crate) enum Setting {
     LimitAllowlist,
     LimitWhitelist,
     LimitStatusCode,
+    ProxyBuffering,
+    ProxyRequestBuffering,
+    ProxyHttpVersion,
 }
 
 impl Setting {
-    const ALL: [Setting; 84] = [
+    const ALL: [Setting; 87] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -192,6 +195,9 @@ impl Setting {
         Self::LimitAllowlist,
         Self::LimitWhitelist,
         Self::LimitStatusCode,
+        Self::ProxyBuffering,
+        Self::ProxyRequestBuffering,
+        Self::ProxyHttpVersion,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -293,6 +299,9 @@ impl Setting {
             Self::LimitAllowlist => "limit-allowlist",
             Self::LimitWhitelist => "limit-whitelist",
             Self::LimitStatusCode => "limit-status-code",
+            Self::ProxyBuffering => "proxy-buffering",
+            Self::ProxyRequestBuffering => "proxy-request-buffering",
+            Self::ProxyHttpVersion => "proxy-http-version",
         }
     }
 

@@ -123,6 +123,47 @@ pub(crate) fn is_dns_name(name: &str) -> bool {
         })
 }
 
+/// `proxy-buffering`, `proxy-request-buffering` and `proxy-http-version`: sluice streams both
+/// ways and speaks HTTP/1.1 (or HTTP/2) to pods, so these get a word on what differs.
+fn buffering_notes(keys: &PolicyKeys<'_>, report: &mut Report<'_>) {
+    let on_off = |value: &str| matches!(value, "on" | "off").then(|| value == "on");
+    let notes = [
+        (
+            Setting::ProxyBuffering,
+            "sluice streams responses, as with off: nginx's on reads the whole response before the client gets it, to free the pod from slow clients; sluice bounds each connection's memory by flow control instead",
+            "off is sluice's normal behaviour: responses stream to the client",
+        ),
+        (
+            Setting::ProxyRequestBuffering,
+            "sluice streams request bodies to the pod rather than reading them whole first (nginx's on); a body up to 64 KiB is kept either way so a retry can resend it",
+            "off is sluice's normal behaviour: request bodies stream to the pod",
+        ),
+    ];
+    for (setting, when_on, when_off) in notes {
+        let Some(found) = keys.get(setting) else {
+            continue;
+        };
+        match report.parse(Some(found), "on or off", "the body streams", on_off) {
+            Some(true) => report.info(found, when_on),
+            Some(false) => report.info(found, when_off),
+            None => {}
+        }
+    }
+    if let Some(found) = keys.get(Setting::ProxyHttpVersion) {
+        match found.value.trim() {
+            "1.1" => {}
+            "1.0" => report.warning(
+                found,
+                "ignored: sluice speaks HTTP/1.1 with keep-alive to pods; HTTP/1.0 is not offered",
+            ),
+            other => report.warning(
+                found,
+                format!("invalid value {other:?}: expected 1.0 or 1.1; HTTP/1.1 is used"),
+            ),
+        }
+    }
+}
+
 /// Reads the policy annotations of a served Ingress; every invalid value is a warning and
 /// leaves that setting at its default.
 pub(crate) fn ingress_policy(
@@ -168,6 +209,7 @@ pub(crate) fn ingress_policy(
             .is_some_and(|enabled| !enabled),
         ..RoutePolicy::default()
     };
+    buffering_notes(&keys, &mut report);
     let (access, auth_secret) = auth::access_control(&keys, namespace, &mut report);
     let route = RoutePolicy { access, ..route };
     let backend_protocol = tls::backend_protocol(&keys, &mut report);
