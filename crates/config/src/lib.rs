@@ -5,6 +5,7 @@ mod compile;
 mod diagnostic;
 mod error;
 mod manifest;
+pub mod migration;
 mod snapshot;
 
 pub use compile::{

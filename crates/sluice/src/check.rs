@@ -1,5 +1,6 @@
-//! `sluice check`: parse and compile a manifest directory, print the route table and every diagnostic, and fail on errors.
+//! `sluice check`: parse and compile a manifest directory, print the route table, every diagnostic and (asked) the migration report, and fail on errors.
 
+use sluice_config::migration::{migration_report, render_report};
 use sluice_config::{compile, Severity};
 use sluice_routing::TableView;
 use sluice_sources::ManifestDir;
@@ -29,6 +30,10 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
         for diagnostic in &diagnostics {
             println!("  {diagnostic}");
         }
+    }
+    if args.migration_report {
+        println!();
+        print!("{}", render_report(&migration_report(&load.snapshot)));
     }
     let errors = diagnostics
         .iter()

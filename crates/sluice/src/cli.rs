@@ -415,6 +415,11 @@ pub struct CheckArgs {
     /// Check this kubernetes.io/tls Secret as the default certificate, as `serve` would use it.
     #[arg(long, value_name = "NS/NAME", value_parser = parse_object_key)]
     pub default_certificate: Option<ObjectKey>,
+    /// Also print every ingress-nginx and Traefik annotation in the directory (on Ingresses
+    /// of any class, and Services): how many objects use it, and whether sluice honours it
+    /// fully, partly or not.
+    #[arg(long)]
+    pub migration_report: bool,
 }
 
 impl CheckArgs {

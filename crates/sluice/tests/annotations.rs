@@ -1350,3 +1350,87 @@ async fn buffering_and_http_version_annotations_are_explained_and_the_route_stre
     assert_eq!(get_as(&sluice, "/admin", None).await.status, 200);
     assert_eq!(pod.requests(), 1);
 }
+
+#[test]
+fn check_migration_report_counts_every_nginx_and_traefik_annotation_with_its_support() {
+    let dir = tempfile::tempdir().unwrap();
+    let nginx_ingress = |name: &str, annotations: &[(&str, &str)]| {
+        annotated_ingress(
+            name,
+            "shop.test",
+            &[("/", "Prefix", "web", 80)],
+            annotations,
+        )
+        .replace("ingressClassName: sluice", "ingressClassName: nginx")
+    };
+    let mut web = service("web", 80, &[]);
+    web = web.replacen(
+        "  name: web\n",
+        "  name: web\n  annotations:\n    traefik.ingress.kubernetes.io/service.nativelb: \"true\"\n",
+        1,
+    );
+    write_manifest(
+        dir.path(),
+        "nginx.yaml",
+        &[
+            nginx_ingress(
+                "a",
+                &[
+                    (REWRITE, "/"),
+                    ("nginx.ingress.kubernetes.io/configuration-snippet", "x"),
+                    ("nginx.ingress.kubernetes.io/proxy-buffering", "on"),
+                ],
+            ),
+            nginx_ingress(
+                "b",
+                &[(REWRITE, "/$1"), ("ingress.kubernetes.io/limit-rate", "1")],
+            ),
+            web,
+        ],
+    );
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check", "--migration-report", "--manifests"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&output.stdout);
+    let row = |key: &str| {
+        report
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(key))
+            .map(|line| {
+                line.split_whitespace()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_else(|| panic!("no row for {key}:\n{report}"))
+    };
+    assert_eq!(
+        row("nginx.ingress.kubernetes.io/rewrite-target"),
+        "nginx.ingress.kubernetes.io/rewrite-target 2 fully"
+    );
+    assert_eq!(
+        row("nginx.ingress.kubernetes.io/configuration-snippet"),
+        "nginx.ingress.kubernetes.io/configuration-snippet 1 not"
+    );
+    assert_eq!(
+        row("nginx.ingress.kubernetes.io/proxy-buffering"),
+        "nginx.ingress.kubernetes.io/proxy-buffering 1 partly"
+    );
+    assert_eq!(
+        row("ingress.kubernetes.io/limit-rate"),
+        "ingress.kubernetes.io/limit-rate 1 not"
+    );
+    assert_eq!(
+        row("traefik.ingress.kubernetes.io/service.nativelb"),
+        "traefik.ingress.kubernetes.io/service.nativelb 1 fully"
+    );
+    assert!(
+        report.contains("Honoured fully: 2, partly: 1, not: 2."),
+        "{report}"
+    );
+    // Without the flag, no report.
+    let (_, plain) = run_check(dir.path());
+    assert!(!plain.contains("Migration report"), "{plain}");
+}

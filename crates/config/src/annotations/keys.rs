@@ -323,6 +323,16 @@ impl Setting {
     }
 }
 
+/// The ingress-nginx annotation names sluice reads (without a prefix).
+#[cfg(test)]
+pub(crate) fn nginx_names() -> impl Iterator<Item = &'static str> {
+    Setting::ALL
+        .into_iter()
+        .filter(|name| !name.sluice_only())
+        .map(Setting::as_str)
+        .chain(["service-upstream"])
+}
+
 /// The prefix rank and name of a policy annotation key, or `None` for any other key.
 pub(crate) fn classify(key: &str) -> Option<(usize, Setting)> {
     PREFIXES.iter().enumerate().find_map(|(rank, prefix)| {

@@ -22,6 +22,8 @@ use crate::diagnostic::{Diagnostics, ObjectRef};
 use values::{parse_bool, Found, Report};
 
 pub use auth::AuthSecret;
+#[cfg(test)]
+pub(crate) use keys::nginx_names;
 pub(crate) use policy::ingress_policy;
 pub use policy::IngressPolicy;
 pub use retry::UNLIMITED_TRIES;
