@@ -9,7 +9,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use sluice_routing::{AccessControl, BasicAuth, RoutePolicy, SourceRanges, SourceVerdict};
 
 use crate::error::ProxyError;
-use crate::external_auth::{AuthClient, ExternalCheck};
+use crate::external_auth::ExternalCheck;
+use crate::outbound::OutboundClient;
 use crate::passwords::{equal, md5_hex, verify};
 use crate::phases::RequestContext;
 
@@ -87,7 +88,7 @@ impl Access {
         &self,
         context: &RequestContext<'_>,
         request: &Parts,
-        client: &AuthClient,
+        client: &OutboundClient,
     ) -> Result<Grant, ProxyError> {
         if self.control.unavailable {
             return Err(ProxyError::RouteDenied);

@@ -1,22 +1,20 @@
 //! External auth (`auth-url`): nginx's `auth_request` subrequest to an auth service such as oauth2-proxy, its answer's headers, the sign-in redirect, and the answer cache.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{SET_COOKIE, WWW_AUTHENTICATE};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
-use http_body_util::Empty;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::Full;
 use sluice_routing::{ExternalAuth, RoutePolicy, Variable};
 
 use crate::access::Grant;
 use crate::error::ProxyError;
 use crate::headers::host_without_port;
+use crate::outbound::OutboundClient;
 use crate::phases::RequestContext;
 use crate::sticky::request_cookie;
 
@@ -28,7 +26,7 @@ const MAX_CACHED_ANSWERS: usize = 10_000;
 
 /// Request headers never passed to the auth service: this hop's, and the body's framing
 /// (the subrequest has no body).
-const NOT_PASSED: [HeaderName; 9] = [
+pub(crate) const NOT_PASSED: [HeaderName; 9] = [
     http::header::CONNECTION,
     http::header::CONTENT_LENGTH,
     http::header::TRANSFER_ENCODING,
@@ -39,47 +37,6 @@ const NOT_PASSED: [HeaderName; 9] = [
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
 ];
-
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
-
-/// The HTTP(S) client for auth services, made on first use and shared by every route.
-#[derive(Default)]
-pub(crate) struct AuthClient(OnceLock<Result<HttpsClient, String>>);
-
-impl AuthClient {
-    fn get(&self) -> Result<&HttpsClient, &str> {
-        self.0
-            .get_or_init(build_client)
-            .as_ref()
-            .map_err(String::as_str)
-    }
-}
-
-/// An HTTP/1.1 client that speaks TLS to `https://` auth services, verified with the system's
-/// CA certificates (none when the system has none: such services then fail).
-fn build_client() -> Result<HttpsClient, String> {
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let builder = match builder.with_provider_and_native_roots(provider.clone()) {
-        Ok(builder) => builder,
-        Err(error) => {
-            tracing::warn!(%error, "no system CA certificates: https auth services cannot be verified");
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|error| error.to_string())?
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth();
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
-        }
-    };
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector))
-}
 
 /// The auth service's answer, kept to what the decision and the grant use.
 #[derive(Clone, Debug)]
@@ -117,7 +74,7 @@ impl ExternalCheck {
         &self,
         context: &RequestContext<'_>,
         request: &Parts,
-        client: &AuthClient,
+        client: &OutboundClient,
     ) -> Result<Grant, ProxyError> {
         let key = self
             .auth
@@ -253,7 +210,7 @@ impl ExternalCheck {
         &self,
         context: &RequestContext<'_>,
         request: &Parts,
-        client: &AuthClient,
+        client: &OutboundClient,
     ) -> Result<Answer, ProxyError> {
         let client = client.get().map_err(|error| {
             tracing::warn!(%error, "no client for the auth service");
@@ -267,7 +224,7 @@ impl ExternalCheck {
             .as_deref()
             .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
             .unwrap_or(Method::GET);
-        let mut subrequest = Request::new(Empty::<Bytes>::new());
+        let mut subrequest = Request::new(Full::new(Bytes::new()));
         *subrequest.method_mut() = method;
         *subrequest.headers_mut() = self.subrequest_headers(&uri, context, request);
         *subrequest.uri_mut() = uri;
@@ -335,7 +292,7 @@ impl ExternalCheck {
 }
 
 /// A template with the request's values for its nginx variables.
-fn fill(template: &[Variable], context: &RequestContext<'_>, request: &Parts) -> String {
+pub(crate) fn fill(template: &[Variable], context: &RequestContext<'_>, request: &Parts) -> String {
     let mut out = String::new();
     for part in template {
         match part {

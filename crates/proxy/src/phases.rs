@@ -29,6 +29,7 @@ use crate::cors::CorsFilter;
 use crate::edits::{AppRoot, ResponseHeaders, Rewrite, RouteRedirect, UpstreamHead};
 use crate::error::ProxyError;
 use crate::limits::ClientLimits;
+use crate::mirror::MirrorCopy;
 use crate::server::ClientInfo;
 use crate::sticky::{request_cookie, set_cookie, SessionKey};
 
@@ -108,6 +109,7 @@ pub(crate) trait Filter: Send + Sync {
 pub(crate) struct Filters {
     chain: Vec<Box<dyn Filter>>,
     access: Option<Access>,
+    mirror: Option<MirrorCopy>,
 }
 
 impl Filters {
@@ -116,6 +118,7 @@ impl Filters {
         static NONE: Filters = Filters {
             chain: Vec::new(),
             access: None,
+            mirror: None,
         };
         policy
             .filters
@@ -172,7 +175,13 @@ impl Filters {
         Self {
             chain: filters,
             access: Access::of(policy),
+            mirror: MirrorCopy::of(policy),
         }
+    }
+
+    /// The route's mirror, when it has one.
+    pub(crate) fn mirror(&self) -> Option<&MirrorCopy> {
+        self.mirror.as_ref()
     }
 
     /// The access phase (basic, digest and external auth), when the route authenticates.

@@ -16,14 +16,15 @@ use crate::access_log::{AccessLog, AccessRecord};
 use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
 use crate::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
-use crate::external_auth::AuthClient;
 use crate::forwarded::{Forwarding, X_REQUEST_ID};
 use crate::grpc;
 use crate::headers::{join_cookies, strip_hop_by_hop};
 use crate::health::InFlight;
 use crate::inbound::Inbound;
 use crate::log_phase::{declared_length, Completion};
+use crate::mirror::MirrorCopy;
 use crate::options::ProxyOptions;
+use crate::outbound::OutboundClient;
 use crate::phases::{Filters, ProxyScope, RequestContext};
 use crate::runtime::Runtime;
 use crate::server::{ClientCertificate, ClientInfo, ShutdownSignal, TlsInfo};
@@ -49,7 +50,7 @@ pub struct Proxy {
     tunnel_shutdown: OnceLock<TunnelShutdown>,
     tunnels: Arc<OpenTunnels>,
     access_log: Option<Arc<AccessLog>>,
-    auth_client: AuthClient,
+    outbound: OutboundClient,
 }
 
 impl Proxy {
@@ -76,7 +77,7 @@ impl Proxy {
             tunnel_shutdown: OnceLock::new(),
             tunnels: Arc::default(),
             access_log: None,
-            auth_client: AuthClient::default(),
+            outbound: OutboundClient::default(),
         }
     }
 
@@ -246,7 +247,7 @@ impl Proxy {
         filters.on_request(context, &parts, &self.scope())?;
         // Access.
         let grant = match filters.access() {
-            Some(access) => Some(access.check(context, &parts, &self.auth_client).await?),
+            Some(access) => Some(access.check(context, &parts, &self.outbound).await?),
             None => None,
         };
         // Upstream request.
@@ -255,6 +256,9 @@ impl Proxy {
             protocol => Wire::for_route(protocol, inbound.host_name())?,
         };
         let deadline = grpc::timeout(&parts.headers);
+        let mirror = filters
+            .mirror()
+            .and_then(|mirror| Some((mirror, mirror.head(context, &parts)?)));
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
         filters.on_upstream_request(context, &mut parts);
         if let Some(grant) = grant {
@@ -265,6 +269,9 @@ impl Proxy {
             restore_upgrade_headers(&mut parts.headers, protocol);
         }
         let body = self.prepare_body(&parts, body, target.policy).await?;
+        if let Some((mirror, head)) = mirror {
+            mirror.send(head, &body, &self.outbound);
+        }
         // Choose an endpoint and send.
         let settings = AttemptSettings {
             runtime: self.table.runtime(),
@@ -334,7 +341,8 @@ impl Proxy {
             max_size,
             idle: self.options.body_idle_timeout,
         };
-        let may_replay = may_resend(parts, policy) || resendable(parts);
+        let may_replay =
+            may_resend(parts, policy) || resendable(parts) || MirrorCopy::wants_body(policy);
         RequestBody::prepare(parts, body, limits, may_replay, self.replay_limit).await
     }
 

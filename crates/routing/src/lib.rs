@@ -16,7 +16,7 @@ mod table;
 mod tls;
 mod view;
 
-pub use access::{AccessControl, AuthCache, BasicAuth, ExternalAuth, Variable};
+pub use access::{AccessControl, AuthCache, BasicAuth, ExternalAuth, Mirror, Variable};
 pub use attached::Attached;
 pub use backend::{
     stable_hash, Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,

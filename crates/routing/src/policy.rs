@@ -34,6 +34,8 @@ pub struct RoutePolicy {
     /// Requests and connections per client address (`limit-rps`, `limit-rpm`,
     /// `limit-connections`).
     pub limits: Option<RateLimits>,
+    /// `mirror-target`: where a copy of each request goes.
+    pub mirror: Option<crate::access::Mirror>,
     /// Basic, digest and external authentication, and `satisfy`.
     pub access: crate::access::AccessControl,
     /// Redirects and changes to the request and response heads (`temporal-redirect`,

@@ -1434,3 +1434,83 @@ fn check_migration_report_counts_every_nginx_and_traefik_annotation_with_its_sup
     let (_, plain) = run_check(dir.path());
     assert!(!plain.contains("Migration report"), "{plain}");
 }
+
+/// Waits up to 5 s for `backend` to have received `count` requests.
+async fn wait_for_requests(backend: &sluice_testkit::RawBackend, count: usize) {
+    for _ in 0..500 {
+        if backend.requests().len() >= count {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the backend saw {} requests, not {count}",
+        backend.requests().len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirror_target_gets_a_copy_and_its_failure_never_touches_the_client() {
+    let pods = pods_on(&["web"], 170, 0).await;
+    let mirror = sluice_testkit::RawBackend::start(support::pod_ip(171))
+        .await
+        .unwrap();
+    let silent = std::net::TcpListener::bind((support::pod_ip(172), 0)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |annotations: &[(&str, &str)]| {
+        write_limited_shop(dir.path(), pods[0].addr(), annotations);
+    };
+    let target = format!("http://{}$request_uri", mirror.addr());
+    write(&[
+        ("nginx.ingress.kubernetes.io/mirror-target", &target),
+        ("nginx.ingress.kubernetes.io/mirror-host", "mirror.test"),
+    ]);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let reply = request_with(
+        &sluice,
+        Method::POST,
+        "/orders?id=7",
+        &[("x-user", "ana")],
+        "hello",
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    wait_for_requests(&mirror, 1).await;
+    let copy = mirror.only_request();
+    assert_eq!(copy.request_line(), "POST /orders?id=7 HTTP/1.1");
+    assert_eq!(copy.header_values("host"), ["mirror.test"]);
+    assert_eq!(copy.header_values("x-original-uri"), ["/orders?id=7"]);
+    assert_eq!(copy.header_values("x-user"), ["ana"]);
+    assert_eq!(copy.body, b"hello");
+    assert_eq!(pods[0].requests(), 1, "the pod got the request once");
+    // mirror-request-body: off sends the head only.
+    write(&[
+        ("nginx.ingress.kubernetes.io/mirror-target", &target),
+        ("nginx.ingress.kubernetes.io/mirror-request-body", "off"),
+    ]);
+    sluice.wait_for_generation_after(1).await;
+    assert_eq!(
+        request_with(&sluice, Method::POST, "/b", &[], "hello")
+            .await
+            .status,
+        200
+    );
+    wait_for_requests(&mirror, 2).await;
+    let copy = &mirror.requests()[1];
+    assert_eq!(copy.header_values("content-length"), ["0"]);
+    assert!(copy.body.is_empty());
+    // A mirror that never answers delays nothing.
+    let never = format!("http://{}$request_uri", silent.local_addr().unwrap());
+    write(&[("nginx.ingress.kubernetes.io/mirror-target", &never)]);
+    sluice.wait_for_generation_after(2).await;
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        assert_eq!(
+            request_with(&sluice, Method::GET, "/c", &[], "")
+                .await
+                .status,
+            200
+        );
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+}

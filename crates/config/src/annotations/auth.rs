@@ -1,8 +1,8 @@
-//! `auth-url` and its companions (external auth), `auth-type` with `auth-secret` and `auth-realm` (basic and digest), and `satisfy`.
+//! `auth-url` and its companions (external auth), `auth-type` with `auth-secret` and `auth-realm` (basic and digest), `satisfy`, and `mirror-target`, which shares external auth's URL templates.
 
 use std::time::Duration;
 
-use sluice_routing::{AccessControl, AuthCache, ExternalAuth, Variable};
+use sluice_routing::{AccessControl, AuthCache, ExternalAuth, Mirror, Variable};
 
 use super::keys::{PolicyKeys, Setting};
 use super::values::{parse_bool, Found, Report};
@@ -158,6 +158,37 @@ fn external_auth(
             )
             .unwrap_or(false),
     })
+}
+
+/// `mirror-target` with `mirror-host` and `mirror-request-body`; a target that is not an
+/// http(s) URL (with nginx variables filled in) is a warning and nothing is mirrored.
+pub(crate) fn mirror(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<Mirror> {
+    let found = keys.get(Setting::MirrorTarget)?;
+    let target = template(found, report, "nothing is mirrored")?;
+    if !absolute_url(&target) {
+        let message = format!("invalid value {:?}: expected an http:// or https:// URL such as https://mirror.example/$request_uri; nothing is mirrored", found.value);
+        report.warning(found, message);
+        return None;
+    }
+    let body = report
+        .parse(
+            keys.get(Setting::MirrorRequestBody),
+            "on or off",
+            "on is used",
+            |value| matches!(value, "on" | "off").then(|| value == "on"),
+        )
+        .unwrap_or(true);
+    let host = report.parse(
+        keys.get(Setting::MirrorHost),
+        "a host name, optionally with a port",
+        "the target's host is sent",
+        |value| {
+            http::uri::Authority::try_from(value)
+                .ok()
+                .map(|_| value.to_owned())
+        },
+    );
+    Some(Mirror { target, host, body })
 }
 
 /// `auth-response-headers`: comma-separated header names; an invalid one is dropped with a

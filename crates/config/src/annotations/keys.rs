@@ -107,10 +107,13 @@ pub(crate) enum Setting {
     ProxyBuffering,
     ProxyRequestBuffering,
     ProxyHttpVersion,
+    MirrorTarget,
+    MirrorHost,
+    MirrorRequestBody,
 }
 
 impl Setting {
-    const ALL: [Setting; 87] = [
+    const ALL: [Setting; 90] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -198,6 +201,9 @@ impl Setting {
         Self::ProxyBuffering,
         Self::ProxyRequestBuffering,
         Self::ProxyHttpVersion,
+        Self::MirrorTarget,
+        Self::MirrorHost,
+        Self::MirrorRequestBody,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -302,6 +308,9 @@ impl Setting {
             Self::ProxyBuffering => "proxy-buffering",
             Self::ProxyRequestBuffering => "proxy-request-buffering",
             Self::ProxyHttpVersion => "proxy-http-version",
+            Self::MirrorTarget => "mirror-target",
+            Self::MirrorHost => "mirror-host",
+            Self::MirrorRequestBody => "mirror-request-body",
         }
     }
 

@@ -211,7 +211,12 @@ pub(crate) fn ingress_policy(
     };
     buffering_notes(&keys, &mut report);
     let (access, auth_secret) = auth::access_control(&keys, namespace, &mut report);
-    let route = RoutePolicy { access, ..route };
+    let mirror = auth::mirror(&keys, &mut report);
+    let route = RoutePolicy {
+        access,
+        mirror,
+        ..route
+    };
     let backend_protocol = tls::backend_protocol(&keys, &mut report);
     let proxy_ssl_verify = tls::proxy_ssl_verify(&keys, namespace, &mut report);
     let endpoint_choice = [
