@@ -40,7 +40,6 @@ const WAF: Support =
 const REMOVED: Support = Support::Not("removed from ingress-nginx itself");
 const NO_TRACING: Support = Support::Not("sluice exports no traces yet");
 const NO_NGINX_BUFFERS: Support = Support::Not("sluice streams and has no nginx buffers to size");
-const NOT_YET: Support = Support::Not("not built yet (planned)");
 
 /// ingress-nginx's annotations (names under `nginx.ingress.kubernetes.io/`, also read under
 /// `ingress.kubernetes.io/`), with sluice's support.
@@ -69,9 +68,9 @@ pub const INGRESS_NGINX: &[(&str, Support)] = &[
     ("upstream-hash-by", Support::Partly("one variable: the client address, a header, a cookie, the URI or the host; no combinations")),
     ("upstream-hash-by-subset", Support::Not("subset hashing is not built")),
     ("upstream-hash-by-subset-size", Support::Not("subset hashing is not built")),
-    ("default-backend", NOT_YET),
-    ("custom-http-errors", NOT_YET),
-    ("disable-proxy-intercept-errors", NOT_YET),
+    ("default-backend", Support::Partly("the Service's first port")),
+    ("custom-http-errors", Support::Partly("the pods' answers are replaced; sluice's own 502, 503 and 504 are not")),
+    ("disable-proxy-intercept-errors", Support::Not("not built")),
     ("fastcgi-index", Support::Not("sluice does not speak FastCGI")),
     ("fastcgi-params-configmap", Support::Not("sluice does not speak FastCGI")),
     ("canary", Support::Full),

@@ -46,6 +46,7 @@ use crate::upstream::Wire;
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// The proxy-wide settings attempts use.
+#[derive(Clone, Copy)]
 pub(crate) struct AttemptSettings<'s> {
     pub(crate) runtime: &'s Runtime,
     pub(crate) connect_timeout: Duration,

@@ -14,6 +14,7 @@ mod budget;
 mod cors;
 mod edits;
 mod error;
+mod error_pages;
 mod external_auth;
 mod forwarded;
 mod grpc;

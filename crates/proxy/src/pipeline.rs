@@ -16,6 +16,7 @@ use crate::access_log::{AccessLog, AccessRecord};
 use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
 use crate::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
+use crate::error_pages::{self, ErrorPageRequest};
 use crate::forwarded::{Forwarding, X_REQUEST_ID};
 use crate::grpc;
 use crate::headers::{join_cookies, strip_hop_by_hop};
@@ -250,6 +251,8 @@ impl Proxy {
             Some(access) => Some(access.check(context, &parts, &self.outbound).await?),
             None => None,
         };
+        let target = error_pages::serving_target(table, target);
+        context.target = Some(target);
         // Upstream request.
         let wire = match &target.policy.upstream {
             UpstreamProtocol::Http1 => Wire::Http1,
@@ -259,6 +262,7 @@ impl Proxy {
         let mirror = filters
             .mirror()
             .and_then(|mirror| Some((mirror, mirror.head(context, &parts)?)));
+        let original_uri = parts.uri.path_and_query().map(|t| t.as_str().to_owned());
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
         filters.on_upstream_request(context, &mut parts);
         if let Some(grant) = grant {
@@ -268,6 +272,8 @@ impl Proxy {
         if let Some(protocol) = upgrade {
             restore_upgrade_headers(&mut parts.headers, protocol);
         }
+        let error_page =
+            ErrorPageRequest::capture(&target, &parts, original_uri.as_deref().unwrap_or("/"));
         let body = self.prepare_body(&parts, body, target.policy).await?;
         if let Some((mirror, head)) = mirror {
             mirror.send(head, &body, &self.outbound);
@@ -300,7 +306,16 @@ impl Proxy {
         };
         context.attempts = attempted.attempts;
         context.tried = attempted.last_tried;
-        let answer = attempted.result?;
+        let mut answer = attempted.result?;
+        let status = answer.response.status();
+        if let Some(request) = error_page
+            .filter(|_| ErrorPageRequest::intercepts(target.policy.error_pages.as_ref(), status))
+        {
+            let client = forwarding.real_client;
+            if let Some(page) = request.ask(status, table, &target, settings, client).await {
+                answer = page;
+            }
+        }
         // Response filters.
         Ok(self.respond(answer, filters, context, client_upgrade))
     }

@@ -26,9 +26,9 @@ pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};
 pub use path::{PathKind, PathMatch};
 pub use policy::{
-    Balancer, Cors, HashKey, Listeners, OriginPattern, RateLimits, Redirect, RequestEdits, RetryOn,
-    RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict, StickyCookie, TlsPolicy,
-    UpstreamProtocol, UpstreamTimeouts, UpstreamTls, UrlPart,
+    Balancer, Cors, ErrorPages, HashKey, Listeners, OriginPattern, RateLimits, Redirect,
+    RequestEdits, RetryOn, RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict,
+    StickyCookie, TlsPolicy, UpstreamProtocol, UpstreamTimeouts, UpstreamTls, UrlPart,
 };
 pub use table::{BackendIndex, Canary, CanaryRoute, Route, RoutingTable, TableBuilder, Target};
 pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};

@@ -34,6 +34,8 @@ pub struct RoutePolicy {
     /// Requests and connections per client address (`limit-rps`, `limit-rpm`,
     /// `limit-connections`).
     pub limits: Option<RateLimits>,
+    /// `default-backend` and `custom-http-errors`.
+    pub error_pages: Option<ErrorPages>,
     /// `mirror-target`: where a copy of each request goes.
     pub mirror: Option<crate::access::Mirror>,
     /// Basic, digest and external authentication, and `satisfy`.
@@ -52,6 +54,18 @@ pub struct RoutePolicy {
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
+}
+
+/// ingress-nginx's `default-backend` and `custom-http-errors`: a Service that serves the
+/// route's requests when its own Service has no endpoints, and answers in place of the pod for
+/// the listed statuses (asked for `/`, with `X-Code` and the other headers ingress-nginx's
+/// custom error pages read).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ErrorPages {
+    /// The `default-backend` Service; `None` uses the table's default backend for the codes.
+    pub backend: Option<crate::backend::BackendId>,
+    /// `custom-http-errors`: upstream statuses answered by the default backend instead.
+    pub codes: Vec<u16>,
 }
 
 /// ingress-nginx's per-client limits: a leaky bucket per client address for requests (nginx's

@@ -1514,3 +1514,83 @@ async fn mirror_target_gets_a_copy_and_its_failure_never_touches_the_client() {
     }
     assert!(started.elapsed() < std::time::Duration::from_secs(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_http_errors_ask_the_default_backend_as_ingress_nginx_does() {
+    let pods = pods_on(&["web"], 173, 0).await;
+    let errors = sluice_testkit::RawBackend::start(support::pod_ip(174))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "shop.yaml",
+        &[
+            annotated_ingress(
+                "shop",
+                "shop.test",
+                &[("/", "Prefix", "web", 80)],
+                &[
+                    ("nginx.ingress.kubernetes.io/custom-http-errors", "404,503"),
+                    ("nginx.ingress.kubernetes.io/default-backend", "errors"),
+                ],
+            ),
+            annotated_ingress(
+                "empty",
+                "empty.test",
+                &[("/", "Prefix", "nobody", 80)],
+                &[("nginx.ingress.kubernetes.io/default-backend", "errors")],
+            ),
+            service("web", 80, &[pods[0].addr()]),
+            service("errors", 8080, &[errors.addr()]),
+            service("nobody", 80, &[]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let reply = request_with(
+        &sluice,
+        Method::GET,
+        "/__testkit/status/404?x=1",
+        &[("accept", "text/html")],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 200, "the default backend's answer");
+    let asked = errors.only_request();
+    assert_eq!(asked.request_line(), "GET / HTTP/1.1");
+    for (name, value) in [
+        ("x-code", "404"),
+        ("x-format", "text/html"),
+        ("x-original-uri", "/__testkit/status/404?x=1"),
+        ("x-namespace", "default"),
+        ("x-ingress-name", "shop"),
+        ("x-service-name", "web"),
+        ("x-service-port", "80"),
+    ] {
+        assert_eq!(asked.header_values(name), [value], "{name}");
+    }
+    // A status not listed is the pod's own.
+    assert_eq!(
+        request_with(&sluice, Method::GET, "/__testkit/status/500", &[], "")
+            .await
+            .status,
+        500
+    );
+    assert_eq!(errors.requests().len(), 1);
+    // default-backend alone serves a Service with no endpoints, the request as sent.
+    let reply = send(
+        &http_client(),
+        Method::GET,
+        &sluice.url("/page?y=2"),
+        "empty.test",
+        &[],
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        errors.requests()[1].request_line(),
+        "GET /page?y=2 HTTP/1.1"
+    );
+}

@@ -110,10 +110,12 @@ pub(crate) enum Setting {
     MirrorTarget,
     MirrorHost,
     MirrorRequestBody,
+    DefaultBackend,
+    CustomHttpErrors,
 }
 
 impl Setting {
-    const ALL: [Setting; 90] = [
+    const ALL: [Setting; 92] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -204,6 +206,8 @@ impl Setting {
         Self::MirrorTarget,
         Self::MirrorHost,
         Self::MirrorRequestBody,
+        Self::DefaultBackend,
+        Self::CustomHttpErrors,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -311,6 +315,8 @@ impl Setting {
             Self::MirrorTarget => "mirror-target",
             Self::MirrorHost => "mirror-host",
             Self::MirrorRequestBody => "mirror-request-body",
+            Self::DefaultBackend => "default-backend",
+            Self::CustomHttpErrors => "custom-http-errors",
         }
     }
 

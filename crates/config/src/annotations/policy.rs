@@ -1,6 +1,6 @@
 //! The Ingress part of a route policy: balancer, sticky cookie and retries from ingress-nginx annotations.
 
-use sluice_routing::{RoutePolicy, UpstreamProtocol, UpstreamTimeouts};
+use sluice_routing::{ErrorPages, RoutePolicy, UpstreamProtocol, UpstreamTimeouts};
 
 use super::keys::{PolicyKeys, Setting};
 use super::values::{parse_bool, parse_duration, parse_size, Report};
@@ -43,6 +43,9 @@ pub struct IngressPolicy {
     /// The Secret of `auth-type` basic or digest, which the compile reads into
     /// `route.access.basic`.
     pub auth_secret: Option<super::AuthSecret>,
+    /// `default-backend`: the Service (of the Ingress's namespace) the compile resolves into
+    /// `route.error_pages`, with the annotation's field.
+    pub default_backend: Option<(String, String)>,
 }
 
 /// `proxy-connect-timeout`, `proxy-send-timeout` and `proxy-read-timeout`: seconds as
@@ -87,6 +90,27 @@ fn regex_paths(
         (_, Some(found)) => Some(found.field()),
         _ => None,
     }
+}
+
+/// `custom-http-errors`: comma-separated statuses from 400 to 599; another entry is a warning
+/// and only it is dropped.
+fn custom_http_errors(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Vec<u16> {
+    let Some(found) = keys.get(Setting::CustomHttpErrors) else {
+        return Vec::new();
+    };
+    let mut codes = Vec::new();
+    for entry in found
+        .value
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        match entry.parse::<u16>().ok().filter(|code| (400..600).contains(code)) {
+            Some(code) => codes.push(code),
+            None => report.warning(found, format!("{entry:?} is not a status from 400 to 599; it is ignored, the other codes apply")),
+        }
+    }
+    codes
 }
 
 /// `server-alias`: comma-separated host names; a name that is not a DNS name is a warning and
@@ -212,9 +236,31 @@ pub(crate) fn ingress_policy(
     buffering_notes(&keys, &mut report);
     let (access, auth_secret) = auth::access_control(&keys, namespace, &mut report);
     let mirror = auth::mirror(&keys, &mut report);
+    let error_codes = custom_http_errors(&keys, &mut report);
+    let default_backend = keys.get(Setting::DefaultBackend).and_then(|found| {
+        let name = found.value.trim();
+        if is_dns_name(name) && !name.contains('.') {
+            Some((name.to_owned(), found.field()))
+        } else {
+            report.warning(found, format!("invalid value {name:?}: expected the name of a Service in the Ingress's namespace; no default backend"));
+            None
+        }
+    });
+    if let (Some(found), None, true) = (
+        keys.get(Setting::CustomHttpErrors),
+        &default_backend,
+        error_codes.is_empty(),
+    ) {
+        report.warning(found, "no status code to intercept; ignored");
+    }
+    let error_pages = (!error_codes.is_empty()).then_some(ErrorPages {
+        backend: None,
+        codes: error_codes,
+    });
     let route = RoutePolicy {
         access,
         mirror,
+        error_pages,
         ..route
     };
     let backend_protocol = tls::backend_protocol(&keys, &mut report);
@@ -254,6 +300,7 @@ pub(crate) fn ingress_policy(
         server_aliases: server_aliases(&keys, &mut report),
         canary: canary::canary_rule(&keys, &mut report),
         auth_secret,
+        default_backend,
         www_redirect: report
             .parse(
                 keys.get(Setting::FromToWwwRedirect),

@@ -137,8 +137,17 @@ impl EndpointSources {
 #[derive(Clone, Copy, Debug)]
 pub(super) enum BackendField {
     Default,
-    Path { rule: usize, path: usize },
+    Path {
+        rule: usize,
+        path: usize,
+    },
+    /// The Service the `default-backend` annotation names.
+    DefaultBackendAnnotation,
 }
+
+/// The field of the `default-backend` annotation, as diagnostics about its Service name it.
+pub(super) const DEFAULT_BACKEND_FIELD: &str =
+    "metadata.annotations[nginx.ingress.kubernetes.io/default-backend]";
 
 impl BackendField {
     /// The field path with `suffix` appended, e.g. `.service.port`.
@@ -148,6 +157,7 @@ impl BackendField {
             Self::Path { rule, path } => {
                 format!("spec.rules[{rule}].http.paths[{path}].backend{suffix}")
             }
+            Self::DefaultBackendAnnotation => DEFAULT_BACKEND_FIELD.to_owned(),
         }
     }
 }

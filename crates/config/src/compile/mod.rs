@@ -10,8 +10,12 @@ mod tls;
 
 use std::sync::{Arc, LazyLock};
 
-use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
-use sluice_routing::{BackendId, HostMatch, PathMatch, RoutePolicy, RoutingTable, TableBuilder};
+use k8s_openapi::api::networking::v1::{
+    Ingress, IngressBackend, IngressServiceBackend, ServiceBackendPort,
+};
+use sluice_routing::{
+    BackendId, ErrorPages, HostMatch, PathMatch, RoutePolicy, RoutingTable, TableBuilder,
+};
 
 use crate::annotations::{ingress_policy, IngressAnnotations, IngressPolicy, ServiceUpstream};
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
@@ -129,6 +133,15 @@ fn compile_ingress(
             None => policy.route.access.unavailable = true,
         }
         compiler.fragment.secrets.push(read);
+    }
+    if let Some((name, field)) = policy.default_backend.clone() {
+        if let Some(id) = compiler.default_backend_annotation(key, &name, &field, &policy) {
+            let pages = policy.route.error_pages.get_or_insert_with(|| ErrorPages {
+                backend: None,
+                codes: Vec::new(),
+            });
+            pages.backend = Some(id);
+        }
     }
     compiler.add_ingress(key, ingress, annotations, &policy);
     compiler.fragment.tls = tls::tls_entries(key, ingress, &mut compiler.diagnostics);
@@ -278,6 +291,56 @@ impl<'a> Compiler<'a, '_> {
         }
     }
 
+    /// The backend of the Service `default-backend` names, on its first port; a missing
+    /// Service is a warning and no default backend.
+    fn default_backend_annotation(
+        &mut self,
+        key: &ObjectKey,
+        name: &str,
+        field: &str,
+        policy: &IngressPolicy,
+    ) -> Option<BackendId> {
+        let service = self.services.get(&key.namespace, name);
+        let port = service
+            .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first())
+            .map(|port| port.port);
+        let Some(port) = port else {
+            self.fragment.services.push((
+                ObjectKey::new(&key.namespace, name),
+                service.map(Version::of),
+            ));
+            let message = format!(
+                "Service {}/{name} does not exist or has no port; the Ingress has no default backend",
+                key.namespace
+            );
+            self.diagnostics
+                .warning(&ObjectRef::ingress(key), field, message);
+            return None;
+        };
+        let reference = IngressBackend {
+            service: Some(IngressServiceBackend {
+                name: name.to_owned(),
+                port: Some(ServiceBackendPort {
+                    number: Some(port),
+                    name: None,
+                }),
+            }),
+            resource: None,
+        };
+        let current = Current {
+            key,
+            source: format!("{}/{}", key.namespace, key.name).into(),
+            service_upstream: ServiceUpstream::Off,
+            policy,
+            base: DEFAULT_POLICY.clone(),
+        };
+        let (id, _) =
+            self.backend_of(&reference, &current, BackendField::DefaultBackendAnnotation)?;
+        // The policy computed for it is not a route's: the Ingress's routes compute their own.
+        self.policies.retain(|(known, _)| *known != id);
+        Some(id)
+    }
+
     fn host_of(&mut self, host: Option<&str>, rule: usize, key: &ObjectKey) -> Option<HostMatch> {
         let text = host.unwrap_or_default();
         let name = text.strip_prefix("*.").unwrap_or(text);
@@ -394,5 +457,6 @@ fn path_field(field: BackendField, suffix: &str) -> String {
             format!("spec.rules[{rule}].http.paths[{path}]{suffix}")
         }
         BackendField::Default => format!("spec.defaultBackend{suffix}"),
+        BackendField::DefaultBackendAnnotation => backend::DEFAULT_BACKEND_FIELD.to_owned(),
     }
 }

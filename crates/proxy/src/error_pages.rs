@@ -1,0 +1,118 @@
+//! ingress-nginx's `default-backend` and `custom-http-errors`: the default backend serves a route whose Service has no endpoints, and answers in place of the pod for the listed statuses.
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::request::Parts;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version};
+use sluice_routing::{Backend, ErrorPages, RoutingTable, Target};
+
+use crate::attempt::{Answer, AttemptSettings, Exchange};
+use crate::body::RequestBody;
+use crate::upstream::Wire;
+
+/// The route's target, or the same route served by its `default-backend` when its own
+/// backend has no endpoint to send to.
+pub(crate) fn serving_target<'r>(table: &'r RoutingTable, target: Target<'r>) -> Target<'r> {
+    let Some(id) = target
+        .policy
+        .error_pages
+        .as_ref()
+        .and_then(|pages| pages.backend.as_ref())
+    else {
+        return target;
+    };
+    if !target.backend.endpoints().load().eligible().is_empty() {
+        return target;
+    }
+    match table.backend_by_id(id) {
+        Some(backend) => Target { backend, ..target },
+        None => target,
+    }
+}
+
+/// What asking the default backend for an error page needs from the request.
+pub(crate) struct ErrorPageRequest {
+    version: Version,
+    head: bool,
+    headers: HeaderMap,
+}
+
+impl ErrorPageRequest {
+    /// Taken once the upstream head is made, for a route with `custom-http-errors`:
+    /// `original_uri` is the URI as the client sent it.
+    pub(crate) fn capture(
+        target: &Target<'_>,
+        upstream: &Parts,
+        original_uri: &str,
+    ) -> Option<Self> {
+        let pages = target.policy.error_pages.as_ref()?;
+        if pages.codes.is_empty() {
+            return None;
+        }
+        let mut headers = upstream.headers.clone();
+        headers.remove(CONTENT_LENGTH);
+        headers.remove(TRANSFER_ENCODING);
+        let format = headers.get(ACCEPT).cloned();
+        let (namespace, ingress) = target
+            .ingress
+            .split_once('/')
+            .unwrap_or(("", target.ingress));
+        let (_, service, port) = target.backend.id().parts();
+        let mut set = |name: &'static str, value: &str| {
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        };
+        set("x-original-uri", original_uri);
+        set("x-namespace", namespace);
+        set("x-ingress-name", ingress);
+        set("x-service-name", service);
+        set("x-service-port", port);
+        if let Some(format) = format {
+            headers.insert(HeaderName::from_static("x-format"), format);
+        }
+        Some(Self {
+            version: upstream.version,
+            head: upstream.method == Method::HEAD,
+            headers,
+        })
+    }
+
+    /// Whether the pod's `status` is one the route hands to the default backend.
+    pub(crate) fn intercepts(pages: Option<&ErrorPages>, status: StatusCode) -> bool {
+        pages.is_some_and(|pages| pages.codes.contains(&status.as_u16()))
+    }
+
+    /// Asks the default backend (the annotation's, else the table's) for `/` with `X-Code`,
+    /// as ingress-nginx's custom error location does (GET, or HEAD for a HEAD). `None` when
+    /// there is no default backend or it does not answer: the pod's answer stands.
+    pub(crate) async fn ask(
+        self,
+        status: StatusCode,
+        table: &RoutingTable,
+        target: &Target<'_>,
+        settings: AttemptSettings<'_>,
+        client: std::net::IpAddr,
+    ) -> Option<Answer> {
+        let backend: &Backend = match target.policy.error_pages.as_ref()?.backend.as_ref() {
+            Some(id) => table.backend_by_id(id)?,
+            None => table.default_backend()?,
+        };
+        let mut request = Request::new(());
+        *request.method_mut() = if self.head { Method::HEAD } else { Method::GET };
+        *request.uri_mut() = Uri::from_static("/");
+        *request.version_mut() = self.version;
+        *request.headers_mut() = self.headers;
+        request.headers_mut().insert(
+            HeaderName::from_static("x-code"),
+            HeaderValue::from(status.as_u16()),
+        );
+        let (parts, ()) = request.into_parts();
+        let body = RequestBody::Replayable(Bytes::new());
+        let attempted = Exchange::new(settings, backend, target.policy, parts, body, client, None)
+            .over(Wire::Http1)
+            .run()
+            .await;
+        attempted.result.ok()
+    }
+}
