@@ -4,8 +4,11 @@ use sluice_config::KubeObject;
 
 /// The annotation `kubectl apply` stores a whole copy of the object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-/// The only Secret keys sluice reads (TLS certificates).
-const SECRET_KEYS: [&str; 3] = ["tls.crt", "tls.key", "ca.crt"];
+/// The Secret keys sluice reads in any Secret: TLS certificates and CAs, and basic auth's
+/// htpasswd file.
+const SECRET_KEYS: [&str; 4] = ["tls.crt", "tls.key", "ca.crt", "auth"];
+/// An Opaque Secret this small is kept whole: it may be an `auth-map` (one key per user).
+const SMALL_OPAQUE_SECRET: usize = 16 * 1024;
 
 /// Removes managedFields, the last-applied copy, the resourceVersion (so that two versions with
 /// the same content compare equal; the cluster state stamps its own content version), and
@@ -34,8 +37,12 @@ pub(super) fn trim(object: &mut KubeObject) {
         }
         KubeObject::Secret(secret) => {
             secret.string_data = None;
+            let opaque = secret.type_.as_deref().is_none_or(|kind| kind == "Opaque");
             if let Some(data) = secret.data.as_mut() {
-                data.retain(|key, _| SECRET_KEYS.contains(&key.as_str()));
+                let size: usize = data.values().map(|value| value.0.len()).sum();
+                if !opaque || size > SMALL_OPAQUE_SECRET {
+                    data.retain(|key, _| SECRET_KEYS.contains(&key.as_str()));
+                }
             }
         }
         _ => {}
@@ -52,6 +59,7 @@ mod tests {
     #[test]
     fn drops_managed_fields_last_applied_and_unused_secret_keys() {
         let mut object = KubeObject::Secret(Secret {
+            type_: Some("kubernetes.io/tls".into()),
             metadata: ObjectMeta {
                 name: Some("tls".into()),
                 resource_version: Some("42".into()),
@@ -90,5 +98,30 @@ mod tests {
             ["keep"]
         );
         assert_eq!(secret.data.unwrap().keys().collect::<Vec<_>>(), ["tls.crt"]);
+    }
+
+    #[test]
+    fn a_small_opaque_secret_is_kept_whole_for_auth_maps() {
+        let secret = |size: usize| {
+            KubeObject::Secret(Secret {
+                data: Some(
+                    [
+                        ("ana".to_owned(), ByteString(vec![b'x'; size])),
+                        ("auth".to_owned(), ByteString(b"bob:{SHA}x".to_vec())),
+                    ]
+                    .into(),
+                ),
+                ..Secret::default()
+            })
+        };
+        let kept = |mut object: KubeObject| {
+            trim(&mut object);
+            let KubeObject::Secret(secret) = object else {
+                unreachable!()
+            };
+            secret.data.unwrap().into_keys().collect::<Vec<_>>()
+        };
+        assert_eq!(kept(secret(60)), ["ana", "auth"]);
+        assert_eq!(kept(secret(SMALL_OPAQUE_SECRET + 1)), ["auth"]);
     }
 }
