@@ -108,7 +108,7 @@ fn parse_object(value: Value) -> Result<Document, String> {
     let (api_version, kind) = type_of(&value)?;
     let expected_api_version = match kind.as_str() {
         "Ingress" | "IngressClass" => "networking.k8s.io/v1",
-        "Service" | "Secret" => "v1",
+        "Service" | "Secret" | "ConfigMap" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
         _ => {
             let name = value
@@ -133,6 +133,7 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "IngressClass" => KubeObject::IngressClass(typed(value)?),
         "Service" => KubeObject::Service(typed(value)?),
         "EndpointSlice" => KubeObject::EndpointSlice(typed(value)?),
+        "ConfigMap" => KubeObject::ConfigMap(typed(value)?),
         _ => KubeObject::Secret(typed(value)?),
     };
     match object.metadata().name.as_deref() {

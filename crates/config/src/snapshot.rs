@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -46,6 +46,7 @@ pub enum KubeObject {
     Service(Service),
     EndpointSlice(EndpointSlice),
     Secret(Secret),
+    ConfigMap(ConfigMap),
 }
 
 impl KubeObject {
@@ -56,6 +57,7 @@ impl KubeObject {
             Self::Service(_) => "Service",
             Self::EndpointSlice(_) => "EndpointSlice",
             Self::Secret(_) => "Secret",
+            Self::ConfigMap(_) => "ConfigMap",
         }
     }
 
@@ -66,6 +68,7 @@ impl KubeObject {
             Self::Service(o) => &o.metadata,
             Self::EndpointSlice(o) => &o.metadata,
             Self::Secret(o) => &o.metadata,
+            Self::ConfigMap(o) => &o.metadata,
         }
     }
 
@@ -76,6 +79,7 @@ impl KubeObject {
             Self::Service(o) => &mut o.metadata,
             Self::EndpointSlice(o) => &mut o.metadata,
             Self::Secret(o) => &mut o.metadata,
+            Self::ConfigMap(o) => &mut o.metadata,
         }
     }
 }
@@ -90,6 +94,8 @@ pub struct Snapshot {
     pub services: BTreeMap<ObjectKey, Service>,
     pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
     pub secrets: BTreeMap<ObjectKey, Secret>,
+    /// ConfigMaps that annotations name (`custom-headers`).
+    pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
 }
 
 impl Snapshot {
@@ -112,6 +118,9 @@ impl Snapshot {
             KubeObject::Secret(o) => {
                 self.secrets.insert(key, o);
             }
+            KubeObject::ConfigMap(o) => {
+                self.config_maps.insert(key, o);
+            }
         }
     }
 
@@ -133,6 +142,9 @@ impl Snapshot {
             }
             KubeObject::Secret(_) => {
                 self.secrets.remove(&key);
+            }
+            KubeObject::ConfigMap(_) => {
+                self.config_maps.remove(&key);
             }
         }
     }

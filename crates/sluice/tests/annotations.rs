@@ -1594,3 +1594,42 @@ async fn custom_http_errors_ask_the_default_backend_as_ingress_nginx_does() {
         "GET /page?y=2 HTTP/1.1"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_headers_come_from_a_config_map_and_follow_its_changes() {
+    let pods = pods_on(&["web"], 175, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let write = |data: &str| {
+        write_manifest(
+            dir.path(),
+            "shop.yaml",
+            &[
+                annotated_ingress(
+                    "shop",
+                    "shop.test",
+                    &[("/", "Prefix", "web", 80)],
+                    &[
+                        ("nginx.ingress.kubernetes.io/custom-headers", "default/shop-headers"),
+                        ("sluice.dev/response-headers", "X-Frame-Options: DENY"),
+                    ],
+                ),
+                service("web", 80, &[pods[0].addr()]),
+                format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shop-headers\ndata:\n{data}"),
+            ],
+        );
+    };
+    write("  X-Team: shop\n  X-Frame-Options: SAMEORIGIN\n");
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let reply = request_with(&sluice, Method::GET, "/", &[], "").await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(header_of(&reply, "x-team"), ["shop"]);
+    assert_eq!(
+        header_of(&reply, "x-frame-options"),
+        ["DENY"],
+        "sluice.dev/response-headers wins"
+    );
+    write("  X-Team: checkout\n");
+    sluice.wait_for_generation_after(1).await;
+    let reply = request_with(&sluice, Method::GET, "/", &[], "").await;
+    assert_eq!(header_of(&reply, "x-team"), ["checkout"]);
+}

@@ -211,6 +211,16 @@ pub const RESOURCES: &[ResourceType] = &[
         status_subresource: false,
         short_names: &[],
     },
+    ResourceType {
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        namespaced: true,
+        status_subresource: false,
+        short_names: &["cm"],
+    },
 ];
 
 /// The index of the `namespaces` type in [`RESOURCES`].

@@ -112,10 +112,11 @@ pub(crate) enum Setting {
     MirrorRequestBody,
     DefaultBackend,
     CustomHttpErrors,
+    CustomHeaders,
 }
 
 impl Setting {
-    const ALL: [Setting; 92] = [
+    const ALL: [Setting; 93] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -208,6 +209,7 @@ impl Setting {
         Self::MirrorRequestBody,
         Self::DefaultBackend,
         Self::CustomHttpErrors,
+        Self::CustomHeaders,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -317,6 +319,7 @@ impl Setting {
             Self::MirrorRequestBody => "mirror-request-body",
             Self::DefaultBackend => "default-backend",
             Self::CustomHttpErrors => "custom-http-errors",
+            Self::CustomHeaders => "custom-headers",
         }
     }
 

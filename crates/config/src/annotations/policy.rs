@@ -46,6 +46,9 @@ pub struct IngressPolicy {
     /// `default-backend`: the Service (of the Ingress's namespace) the compile resolves into
     /// `route.error_pages`, with the annotation's field.
     pub default_backend: Option<(String, String)>,
+    /// `custom-headers`: the ConfigMap (namespace, name) whose keys and values the compile
+    /// adds to the routes' responses, with the annotation's field.
+    pub custom_headers: Option<(String, String, String)>,
 }
 
 /// `proxy-connect-timeout`, `proxy-send-timeout` and `proxy-read-timeout`: seconds as
@@ -301,6 +304,11 @@ pub(crate) fn ingress_policy(
         canary: canary::canary_rule(&keys, &mut report),
         auth_secret,
         default_backend,
+        custom_headers: keys.get(Setting::CustomHeaders).map(|found| {
+            let value = found.value.trim();
+            let (config_namespace, name) = value.split_once('/').unwrap_or((namespace, value));
+            (config_namespace.to_owned(), name.to_owned(), found.field())
+        }),
         www_redirect: report
             .parse(
                 keys.get(Setting::FromToWwwRedirect),

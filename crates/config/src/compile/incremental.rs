@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sluice_routing::{
@@ -72,6 +72,8 @@ pub(super) struct Fragment {
     pub(super) services: Vec<(ObjectKey, Option<Version<Service>>)>,
     /// The Secrets the Ingress's compile read (a `proxy-ssl-secret`), or found missing.
     pub(super) secrets: Vec<(ObjectKey, Option<Version<Secret>>)>,
+    /// The ConfigMaps it read (`custom-headers`), or found missing.
+    pub(super) config_maps: Vec<(ObjectKey, Option<Version<ConfigMap>>)>,
     /// Every endpoint set it read.
     pub(super) endpoint_sets: Vec<UsedEndpoints>,
     /// `namespace/name` of the Ingress.
@@ -217,6 +219,7 @@ impl IncrementalCompiler {
             services: &services,
             endpoints,
             secrets: &snapshot.secrets,
+            config_maps: &snapshot.config_maps,
         };
         let order = oldest_first(snapshot);
         for &(key, ingress) in &order {
@@ -305,6 +308,7 @@ impl CachedIngress {
             services,
             endpoints,
             secrets,
+            config_maps,
         } = *inputs;
         if !self.version.matches(ingress) {
             return false;
@@ -320,8 +324,13 @@ impl CachedIngress {
             .secrets
             .iter()
             .all(|(key, seen)| Version::unchanged(seen, secrets.get(key)));
+        let config_maps_same = fragment
+            .config_maps
+            .iter()
+            .all(|(key, seen)| Version::unchanged(seen, config_maps.get(key)));
         services_same
             && secrets_same
+            && config_maps_same
             && fragment.endpoint_sets.iter().all(|used| {
                 let now = endpoints.ready_endpoints(
                     &used.namespace,

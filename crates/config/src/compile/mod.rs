@@ -10,6 +10,7 @@ mod tls;
 
 use std::sync::{Arc, LazyLock};
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::{
     Ingress, IngressBackend, IngressServiceBackend, ServiceBackendPort,
 };
@@ -102,6 +103,7 @@ fn compile_ingress(
         services,
         endpoints,
         secrets,
+        config_maps,
     } = *inputs;
     let mut compiler = Compiler {
         services,
@@ -133,6 +135,16 @@ fn compile_ingress(
             None => policy.route.access.unavailable = true,
         }
         compiler.fragment.secrets.push(read);
+    }
+    if let Some(reference) = policy.custom_headers.clone() {
+        let read = custom_headers(
+            key,
+            &reference,
+            config_maps,
+            &mut policy,
+            &mut compiler.diagnostics,
+        );
+        compiler.fragment.config_maps.push(read);
     }
     if let Some((name, field)) = policy.default_backend.clone() {
         if let Some(id) = compiler.default_backend_annotation(key, &name, &field, &policy) {
@@ -173,6 +185,44 @@ struct Inputs<'a> {
     services: &'a ServiceIndex<'a>,
     endpoints: &'a dyn EndpointResolver,
     secrets: &'a std::collections::BTreeMap<ObjectKey, k8s_openapi::api::core::v1::Secret>,
+    config_maps: &'a std::collections::BTreeMap<ObjectKey, ConfigMap>,
+}
+
+/// `custom-headers`: each key and value of the ConfigMap becomes a response header of the
+/// Ingress's routes (`sluice.dev/response-headers` wins for a name both set). A missing
+/// ConfigMap or an entry that is not a header is a warning. Returns the ConfigMap read.
+fn custom_headers(
+    key: &ObjectKey,
+    (namespace, name, field): &(String, String, String),
+    config_maps: &std::collections::BTreeMap<ObjectKey, ConfigMap>,
+    policy: &mut IngressPolicy,
+    diagnostics: &mut Diagnostics,
+) -> (ObjectKey, Option<Version<ConfigMap>>) {
+    let object = ObjectRef::ingress(key);
+    let config_key = ObjectKey::new(namespace, name);
+    let config_map = config_maps.get(&config_key);
+    let read = (config_key, config_map.map(Version::of));
+    let Some(config_map) = config_map else {
+        let message =
+            format!("ConfigMap {namespace}/{name} does not exist; no custom headers are added");
+        diagnostics.warning(&object, field.clone(), message);
+        return read;
+    };
+    let headers = &mut policy.route.edits.response_headers;
+    for (header, value) in config_map.data.iter().flatten() {
+        let valid = http::HeaderName::from_bytes(header.as_bytes()).is_ok()
+            && http::HeaderValue::from_str(value).is_ok();
+        if !valid {
+            let message = format!("ConfigMap {namespace}/{name}: {header:?} with its value is not a header; it is not added");
+            diagnostics.warning(&object, field.clone(), message);
+            continue;
+        }
+        let lower = header.to_ascii_lowercase();
+        if !headers.iter().any(|(set, _)| *set == lower) {
+            headers.push((lower, value.clone()));
+        }
+    }
+    read
 }
 
 /// Ingresses ordered by age, oldest first, then by namespace/name: the order conflicts resolve in.

@@ -168,6 +168,7 @@ impl ClusterState {
             }
             KubeObject::Service(_) => snapshot.services.get(&key).map(|o| &o.metadata),
             KubeObject::Secret(_) => snapshot.secrets.get(&key).map(|o| &o.metadata),
+            KubeObject::ConfigMap(_) => snapshot.config_maps.get(&key).map(|o| &o.metadata),
             KubeObject::Ingress(_) => snapshot.ingresses.get(&key).map(|o| &o.metadata),
             KubeObject::EndpointSlice(_) => snapshot.endpoint_slices.get(&key).map(|o| &o.metadata),
         };
@@ -249,6 +250,7 @@ impl ClusterState {
             "IngressClass" => snapshot.ingress_classes.remove(&key.name).is_some(),
             "Service" => snapshot.services.remove(key).is_some(),
             "Secret" => snapshot.secrets.remove(key).is_some(),
+            "ConfigMap" => snapshot.config_maps.remove(key).is_some(),
             _ => false,
         };
         if removed {
@@ -288,6 +290,7 @@ impl ClusterState {
             "Service" => Box::new(snapshot.services.keys().cloned()),
             "EndpointSlice" => Box::new(snapshot.endpoint_slices.keys().cloned()),
             "Secret" => Box::new(snapshot.secrets.keys().cloned()),
+            "ConfigMap" => Box::new(snapshot.config_maps.keys().cloned()),
             _ => Box::new(std::iter::empty()),
         }
     }
@@ -312,6 +315,7 @@ impl ClusterState {
             KubeObject::IngressClass(o) => self.snapshot.ingress_classes.get(&key.name) == Some(o),
             KubeObject::Service(o) => self.snapshot.services.get(&key) == Some(o),
             KubeObject::Secret(o) => self.snapshot.secrets.get(&key) == Some(o),
+            KubeObject::ConfigMap(o) => self.snapshot.config_maps.get(&key) == Some(o),
             KubeObject::Ingress(o) => self.snapshot.ingresses.get(&key) == Some(o),
             KubeObject::EndpointSlice(o) => self.snapshot.endpoint_slices.get(&key) == Some(o),
         }

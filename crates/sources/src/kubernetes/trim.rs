@@ -7,6 +7,9 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// The Secret keys sluice reads in any Secret: TLS certificates and CAs, and basic auth's
 /// htpasswd file.
 const SECRET_KEYS: [&str; 4] = ["tls.crt", "tls.key", "ca.crt", "auth"];
+/// A ConfigMap larger than this is not one sluice reads (`custom-headers` lists a few headers):
+/// its data is dropped.
+const LARGE_CONFIG_MAP: usize = 64 * 1024;
 /// An Opaque Secret this small is kept whole: it may be an `auth-map` (one key per user).
 const SMALL_OPAQUE_SECRET: usize = 16 * 1024;
 
@@ -20,6 +23,7 @@ pub(super) fn trim(object: &mut KubeObject) {
         KubeObject::Service(o) => &mut o.metadata,
         KubeObject::EndpointSlice(o) => &mut o.metadata,
         KubeObject::Secret(o) => &mut o.metadata,
+        KubeObject::ConfigMap(o) => &mut o.metadata,
     };
     metadata.managed_fields = None;
     metadata.resource_version = None;
@@ -43,6 +47,18 @@ pub(super) fn trim(object: &mut KubeObject) {
                 if !opaque || size > SMALL_OPAQUE_SECRET {
                     data.retain(|key, _| SECRET_KEYS.contains(&key.as_str()));
                 }
+            }
+        }
+        KubeObject::ConfigMap(config_map) => {
+            config_map.binary_data = None;
+            let size: usize = config_map
+                .data
+                .iter()
+                .flatten()
+                .map(|(key, value)| key.len() + value.len())
+                .sum();
+            if size > LARGE_CONFIG_MAP {
+                config_map.data = None;
             }
         }
         _ => {}

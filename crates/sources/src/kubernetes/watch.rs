@@ -150,6 +150,7 @@ pub fn start_watches(
         tasks.push(spawn_namespaced(client, context, KubeObject::Service));
         tasks.push(spawn_namespaced(client, context, KubeObject::EndpointSlice));
         tasks.push(spawn_namespaced(client, context, KubeObject::Secret));
+        tasks.push(spawn_namespaced(client, context, KubeObject::ConfigMap));
     }
     (events, registry, tasks)
 }
@@ -237,6 +238,7 @@ fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {
         "Service" => "Service",
         "EndpointSlice" => "EndpointSlice",
         "Secret" => "Secret",
+        "ConfigMap" => "ConfigMap",
         _ => "Unknown",
     }
 }
