@@ -262,7 +262,12 @@ impl Proxy {
         let mirror = filters
             .mirror()
             .and_then(|mirror| Some((mirror, mirror.head(context, &parts)?)));
-        let original_uri = parts.uri.path_and_query().map(|t| t.as_str().to_owned());
+        // Only a route with custom error pages keeps the URI as sent (for X-Original-URI).
+        let original_uri = target
+            .policy
+            .error_pages
+            .as_ref()
+            .and_then(|_| parts.uri.path_and_query().map(|t| t.as_str().to_owned()));
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
         filters.on_upstream_request(context, &mut parts);
         if let Some(grant) = grant {
