@@ -44,7 +44,7 @@ impl ErrorPageRequest {
         target: &Target<'_>,
         upstream: &Parts,
         original_uri: &str,
-    ) -> Option<Self> {
+    ) -> Option<Box<Self>> {
         let pages = target.policy.error_pages.as_ref()?;
         if pages.codes.is_empty() {
             return None;
@@ -71,11 +71,11 @@ impl ErrorPageRequest {
         if let Some(format) = format {
             headers.insert(HeaderName::from_static("x-format"), format);
         }
-        Some(Self {
+        Some(Box::new(Self {
             version: upstream.version,
             head: upstream.method == Method::HEAD,
             headers,
-        })
+        }))
     }
 
     /// Whether the pod's `status` is one the route hands to the default backend.
@@ -87,7 +87,7 @@ impl ErrorPageRequest {
     /// as ingress-nginx's custom error location does (GET, or HEAD for a HEAD). `None` when
     /// there is no default backend or it does not answer: the pod's answer stands.
     pub(crate) async fn ask(
-        self,
+        self: Box<Self>,
         status: StatusCode,
         table: &RoutingTable,
         target: &Target<'_>,

@@ -32,7 +32,7 @@ pub(crate) struct MirrorCopy {
 }
 
 /// The head of the copy, taken from the client's request before the upstream head is made.
-pub(crate) struct MirrorHead(Request<()>);
+pub(crate) struct MirrorHead(Box<Request<()>>);
 
 impl MirrorCopy {
     pub(crate) fn of(policy: &RoutePolicy) -> Option<Self> {
@@ -79,7 +79,7 @@ impl MirrorCopy {
             headers.insert(X_ORIGINAL_URI, value);
         }
         *copy.uri_mut() = uri;
-        Some(MirrorHead(copy))
+        Some(MirrorHead(Box::new(copy)))
     }
 
     /// Sends the copy in the background. A body streamed to the pod (larger than the replay
@@ -100,7 +100,7 @@ impl MirrorCopy {
             tracing::debug!("{MAX_IN_FLIGHT} mirrored requests in progress: this one is skipped");
             return;
         };
-        let (mut parts, ()) = head.0.into_parts();
+        let (mut parts, ()) = (*head.0).into_parts();
         parts
             .headers
             .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));

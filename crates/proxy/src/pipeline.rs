@@ -248,7 +248,9 @@ impl Proxy {
         filters.on_request(context, &parts, &self.scope())?;
         // Access.
         let grant = match filters.access() {
-            Some(access) => Some(access.check(context, &parts, &self.outbound).await?),
+            // Boxed, as the other rare phases: their futures would otherwise grow every
+            // request's.
+            Some(access) => Some(Box::pin(access.check(context, &parts, &self.outbound)).await?),
             None => None,
         };
         let target = error_pages::serving_target(table, target);
@@ -317,7 +319,8 @@ impl Proxy {
             .filter(|_| ErrorPageRequest::intercepts(target.policy.error_pages.as_ref(), status))
         {
             let client = forwarding.real_client;
-            if let Some(page) = request.ask(status, table, &target, settings, client).await {
+            let page = Box::pin(request.ask(status, table, &target, settings, client)).await;
+            if let Some(page) = page {
                 answer = page;
             }
         }
