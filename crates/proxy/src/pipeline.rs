@@ -505,13 +505,7 @@ fn www_redirect(inbound: &Inbound, to: &str, over_tls: bool) -> ProxyError {
         Some(port) => format!("{scheme}://{to}:{port}{uri}"),
         None => format!("{scheme}://{to}{uri}"),
     };
-    match HeaderValue::try_from(location) {
-        Ok(location) => ProxyError::Redirect {
-            status: StatusCode::PERMANENT_REDIRECT,
-            location,
-        },
-        Err(_) => ProxyError::NoRoute,
-    }
+    redirect_to(StatusCode::PERMANENT_REDIRECT, location)
 }
 
 /// nginx's answer to `/foo` on a location written `/foo/`: a 301 to the directory, on the
@@ -523,11 +517,14 @@ fn slash_redirect(inbound: &Inbound, directory: &str, over_tls: bool) -> ProxyEr
         Some(query) => format!("{scheme}://{host}{directory}?{query}"),
         None => format!("{scheme}://{host}{directory}"),
     };
+    redirect_to(StatusCode::MOVED_PERMANENTLY, location)
+}
+
+/// The route phase's redirect to `location`; a location no header can carry (a Host with
+/// bytes a header refuses) is a 404, as no route could serve it.
+fn redirect_to(status: StatusCode, location: String) -> ProxyError {
     match HeaderValue::try_from(location) {
-        Ok(location) => ProxyError::Redirect {
-            status: StatusCode::MOVED_PERMANENTLY,
-            location,
-        },
+        Ok(location) => ProxyError::Redirect { status, location },
         Err(_) => ProxyError::NoRoute,
     }
 }
