@@ -47,6 +47,14 @@ fn write_shop(dir: &std::path::Path, pod: std::net::SocketAddr, annotations: &[(
     );
 }
 
+/// A directory with `shop.yaml` holding `documents`, and sluice serving it.
+async fn serve_shop(documents: &[String]) -> (tempfile::TempDir, Sluice) {
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(dir.path(), "shop.yaml", documents);
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    (dir, sluice)
+}
+
 /// One echo pod on pod IP `ip`, and a directory with `shop.test` written with `annotations`
 /// on `/admin` (for `sluice check`, or for a sluice started with more flags).
 async fn shop_files(
@@ -217,21 +225,16 @@ async fn a_redirect_with_another_nginx_variable_is_a_warning_and_the_route_serve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn app_root_redirects_only_the_root_on_the_clients_scheme_and_host() {
     let pods = pods_on(&["web"], 146, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "shop.yaml",
-        &[
-            annotated_ingress(
-                "shop",
-                "shop.test",
-                &[("/", "Prefix", "web", 80)],
-                &[("nginx.ingress.kubernetes.io/app-root", "/app1")],
-            ),
-            service("web", 80, &[pods[0].addr()]),
-        ],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+    let (_dir, sluice) = serve_shop(&[
+        annotated_ingress(
+            "shop",
+            "shop.test",
+            &[("/", "Prefix", "web", 80)],
+            &[("nginx.ingress.kubernetes.io/app-root", "/app1")],
+        ),
+        service("web", 80, &[pods[0].addr()]),
+    ])
+    .await;
     assert_eq!(
         location_of(&sluice, "/").await,
         (302, "http://shop.test/app1".to_owned())
@@ -589,22 +592,17 @@ async fn rewrite_target_fills_in_groups_or_replaces_the_whole_path_and_regex_cov
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefix_path_with_a_trailing_slash_redirects_the_bare_directory_unless_turned_off() {
     let pods = pods_on(&["web"], 155, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "shop.yaml",
-        &[
-            ingress("shop", "shop.test", &[("/foo/", "Prefix", "web", 80)]),
-            annotated_ingress(
-                "kept",
-                "kept.test",
-                &[("/foo/", "Prefix", "web", 80)],
-                &[("sluice.dev/trailing-slash-redirect", "false")],
-            ),
-            service("web", 80, &[pods[0].addr()]),
-        ],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+    let (_dir, sluice) = serve_shop(&[
+        ingress("shop", "shop.test", &[("/foo/", "Prefix", "web", 80)]),
+        annotated_ingress(
+            "kept",
+            "kept.test",
+            &[("/foo/", "Prefix", "web", 80)],
+            &[("sluice.dev/trailing-slash-redirect", "false")],
+        ),
+        service("web", 80, &[pods[0].addr()]),
+    ])
+    .await;
     assert_eq!(
         location_of(&sluice, "/foo?a=1").await,
         (301, "http://shop.test/foo/?a=1".to_owned())
@@ -618,30 +616,25 @@ async fn a_prefix_path_with_a_trailing_slash_redirects_the_bare_directory_unless
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_alias_shares_the_hosts_routes_and_www_redirects_the_other_name() {
     let pods = pods_on(&["web"], 156, 0).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "shop.yaml",
-        &[
-            annotated_ingress(
-                "shop",
-                "www.shop.test",
-                &[("/", "Prefix", "web", 80)],
-                &[
-                    (
-                        "nginx.ingress.kubernetes.io/server-alias",
-                        "shop.example, other.test",
-                    ),
-                    ("nginx.ingress.kubernetes.io/from-to-www-redirect", "true"),
-                ],
-            ),
-            // A later Ingress of the same host adds a path the alias serves too.
-            ingress("extra", "www.shop.test", &[("/extra", "Exact", "web", 80)]),
-            ingress("other", "other.test", &[("/", "Prefix", "web", 80)]),
-            service("web", 80, &[pods[0].addr()]),
-        ],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+    let (dir, sluice) = serve_shop(&[
+        annotated_ingress(
+            "shop",
+            "www.shop.test",
+            &[("/", "Prefix", "web", 80)],
+            &[
+                (
+                    "nginx.ingress.kubernetes.io/server-alias",
+                    "shop.example, other.test",
+                ),
+                ("nginx.ingress.kubernetes.io/from-to-www-redirect", "true"),
+            ],
+        ),
+        // A later Ingress of the same host adds a path the alias serves too.
+        ingress("extra", "www.shop.test", &[("/extra", "Exact", "web", 80)]),
+        ingress("other", "other.test", &[("/", "Prefix", "web", 80)]),
+        service("web", 80, &[pods[0].addr()]),
+    ])
+    .await;
     assert_eq!(status_on(&sluice, "shop.example", "/extra").await, 200);
     assert_eq!(status_on(&sluice, "unknown.test", "/").await, 404);
     let redirect = |path: &'static str, host: &'static str| {
@@ -1132,26 +1125,21 @@ async fn digest_auth_signs_in_curl_with_an_htdigest_user() {
     let pods = pods_on(&["web"], 164, 0).await;
     let ha1 = openssl(&["dgst", "-md5", "-r"], "ana:Shop:ana-pw");
     let ha1 = ha1.split_whitespace().next().unwrap().to_owned();
-    let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "shop.yaml",
-        &[
-            annotated_ingress(
-                "admin",
-                "shop.test",
-                &[("/admin", "Prefix", "web", 80)],
-                &[
-                    ("nginx.ingress.kubernetes.io/auth-type", "digest"),
-                    ("nginx.ingress.kubernetes.io/auth-secret", "users"),
-                    ("nginx.ingress.kubernetes.io/auth-realm", "Shop"),
-                ],
-            ),
-            service("web", 80, &[pods[0].addr()]),
-            secret("users", &[("auth", &format!("ana:Shop:{ha1}\n"))]),
-        ],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+    let (_dir, sluice) = serve_shop(&[
+        annotated_ingress(
+            "admin",
+            "shop.test",
+            &[("/admin", "Prefix", "web", 80)],
+            &[
+                ("nginx.ingress.kubernetes.io/auth-type", "digest"),
+                ("nginx.ingress.kubernetes.io/auth-secret", "users"),
+                ("nginx.ingress.kubernetes.io/auth-realm", "Shop"),
+            ],
+        ),
+        service("web", 80, &[pods[0].addr()]),
+        secret("users", &[("auth", &format!("ana:Shop:{ha1}\n"))]),
+    ])
+    .await;
     let curl = |user: &str| {
         let output = std::process::Command::new("curl")
             .args([
@@ -1521,32 +1509,27 @@ async fn custom_http_errors_ask_the_default_backend_as_ingress_nginx_does() {
     let errors = sluice_testkit::RawBackend::start(support::pod_ip(174))
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    write_manifest(
-        dir.path(),
-        "shop.yaml",
-        &[
-            annotated_ingress(
-                "shop",
-                "shop.test",
-                &[("/", "Prefix", "web", 80)],
-                &[
-                    ("nginx.ingress.kubernetes.io/custom-http-errors", "404,503"),
-                    ("nginx.ingress.kubernetes.io/default-backend", "errors"),
-                ],
-            ),
-            annotated_ingress(
-                "empty",
-                "empty.test",
-                &[("/", "Prefix", "nobody", 80)],
-                &[("nginx.ingress.kubernetes.io/default-backend", "errors")],
-            ),
-            service("web", 80, &[pods[0].addr()]),
-            service("errors", 8080, &[errors.addr()]),
-            service("nobody", 80, &[]),
-        ],
-    );
-    let sluice = Sluice::start(dir.path(), &[]).await;
+    let (_dir, sluice) = serve_shop(&[
+        annotated_ingress(
+            "shop",
+            "shop.test",
+            &[("/", "Prefix", "web", 80)],
+            &[
+                ("nginx.ingress.kubernetes.io/custom-http-errors", "404,503"),
+                ("nginx.ingress.kubernetes.io/default-backend", "errors"),
+            ],
+        ),
+        annotated_ingress(
+            "empty",
+            "empty.test",
+            &[("/", "Prefix", "nobody", 80)],
+            &[("nginx.ingress.kubernetes.io/default-backend", "errors")],
+        ),
+        service("web", 80, &[pods[0].addr()]),
+        service("errors", 8080, &[errors.addr()]),
+        service("nobody", 80, &[]),
+    ])
+    .await;
     let reply = request_with(
         &sluice,
         Method::GET,
