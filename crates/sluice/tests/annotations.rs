@@ -47,6 +47,28 @@ fn write_shop(dir: &std::path::Path, pod: std::net::SocketAddr, annotations: &[(
     );
 }
 
+/// `shop.test` with one Ingress, `shop`, sending `path` (Prefix) to `pod` with `annotations`.
+fn write_route(
+    dir: &std::path::Path,
+    pod: std::net::SocketAddr,
+    path: &str,
+    annotations: &[(&str, &str)],
+) {
+    write_manifest(
+        dir,
+        "shop.yaml",
+        &[
+            annotated_ingress(
+                "shop",
+                "shop.test",
+                &[(path, "Prefix", "web", 80)],
+                annotations,
+            ),
+            service("web", 80, &[pod]),
+        ],
+    );
+}
+
 /// A directory with `shop.yaml` holding `documents`, and sluice serving it.
 async fn serve_shop(documents: &[String]) -> (tempfile::TempDir, Sluice) {
     let dir = tempfile::tempdir().unwrap();
@@ -769,27 +791,6 @@ async fn canary_takes_requests_by_header_then_cookie_then_weight_within_two_perc
 
 const AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
 
-/// `shop.test/admin` behind external auth (`annotations`), to a raw pod.
-fn write_guarded_shop(
-    dir: &std::path::Path,
-    pod: std::net::SocketAddr,
-    annotations: &[(&str, &str)],
-) {
-    write_manifest(
-        dir,
-        "shop.yaml",
-        &[
-            annotated_ingress(
-                "admin",
-                "shop.test",
-                &[("/admin", "Prefix", "web", 80)],
-                annotations,
-            ),
-            service("web", 80, &[pod]),
-        ],
-    );
-}
-
 async fn request_with(
     sluice: &Sluice,
     method: Method,
@@ -828,9 +829,10 @@ async fn external_auth_runs_the_oauth2_proxy_flow_with_nginx_auth_request_semant
         .unwrap();
     let auth_url = format!("http://{}/oauth2/auth", auth.addr());
     let dir = tempfile::tempdir().unwrap();
-    write_guarded_shop(
+    write_route(
         dir.path(),
         pod.addr(),
+        "/admin",
         &[
             (AUTH_URL, &auth_url),
             (
@@ -919,7 +921,7 @@ async fn external_auth_401_passes_through_and_a_failing_or_silent_auth_service_i
     let silent = std::net::TcpListener::bind((support::pod_ip(162), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let auth_url = format!("http://{}/oauth2/auth", auth.addr());
-    write_guarded_shop(dir.path(), pod.addr(), &[(AUTH_URL, &auth_url)]);
+    write_route(dir.path(), pod.addr(), "/admin", &[(AUTH_URL, &auth_url)]);
     let sluice = Sluice::start(dir.path(), &[]).await;
     let reply = request_with(&sluice, Method::GET, "/admin", &[], "").await;
     assert_eq!(reply.status, 401);
@@ -933,7 +935,7 @@ async fn external_auth_401_passes_through_and_a_failing_or_silent_auth_service_i
     );
     // An answer that is neither 2xx, 401 nor 403 (here a 404): 500.
     let wrong = format!("http://{}/nope", auth.addr());
-    write_guarded_shop(dir.path(), pod.addr(), &[(AUTH_URL, &wrong)]);
+    write_route(dir.path(), pod.addr(), "/admin", &[(AUTH_URL, &wrong)]);
     sluice.wait_for_generation_after(1).await;
     assert_eq!(
         request_with(&sluice, Method::GET, "/admin", &[], "")
@@ -943,9 +945,10 @@ async fn external_auth_401_passes_through_and_a_failing_or_silent_auth_service_i
     );
     // No answer within the route's proxy-read-timeout: 500.
     let never = format!("http://{}/oauth2/auth", silent.local_addr().unwrap());
-    write_guarded_shop(
+    write_route(
         dir.path(),
         pod.addr(),
+        "/admin",
         &[
             (AUTH_URL, &never),
             ("nginx.ingress.kubernetes.io/proxy-read-timeout", "1"),
@@ -1173,9 +1176,10 @@ async fn auth_cache_key_keeps_the_auth_services_answer_per_key() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let auth_url = format!("http://{}/oauth2/auth", auth.addr());
-    write_guarded_shop(
+    write_route(
         dir.path(),
         pod.addr(),
+        "/admin",
         &[
             (AUTH_URL, &auth_url),
             (
@@ -1224,27 +1228,6 @@ async fn auth_cache_key_keeps_the_auth_services_answer_per_key() {
     assert_eq!(auth.requests().len(), 4);
 }
 
-/// `shop.test/` to `pod` with `annotations`.
-fn write_limited_shop(
-    dir: &std::path::Path,
-    pod: std::net::SocketAddr,
-    annotations: &[(&str, &str)],
-) {
-    write_manifest(
-        dir,
-        "shop.yaml",
-        &[
-            annotated_ingress(
-                "shop",
-                "shop.test",
-                &[("/", "Prefix", "web", 80)],
-                annotations,
-            ),
-            service("web", 80, &[pod]),
-        ],
-    );
-}
-
 /// The statuses of `count` GETs of `path` sent one after another.
 async fn statuses(sluice: &Sluice, path: &str, count: usize) -> Vec<u16> {
     let mut seen = Vec::new();
@@ -1267,7 +1250,7 @@ async fn limit_rps_admits_the_burst_then_answers_503_or_the_chosen_status() {
         ("nginx.ingress.kubernetes.io/limit-rps", "1"),
         ("nginx.ingress.kubernetes.io/limit-burst-multiplier", "2"),
     ];
-    write_limited_shop(dir.path(), pods[0].addr(), &limits);
+    write_route(dir.path(), pods[0].addr(), "/", &limits);
     let sluice = Sluice::start(dir.path(), &[]).await;
     // One request and a burst of 1 × 2 pass at once; the rest are refused.
     assert_eq!(
@@ -1280,13 +1263,13 @@ async fn limit_rps_admits_the_burst_then_answers_503_or_the_chosen_status() {
     assert_eq!(statuses(&sluice, "/", 2).await, [200, 503]);
     let mut with_status = limits.to_vec();
     with_status.push(("sluice.dev/limit-status-code", "429"));
-    write_limited_shop(dir.path(), pods[0].addr(), &with_status);
+    write_route(dir.path(), pods[0].addr(), "/", &with_status);
     sluice.wait_for_generation_after(1).await;
     assert_eq!(statuses(&sluice, "/", 4).await, [200, 200, 200, 429]);
     // An exempt client is never limited.
     let mut exempt = limits.to_vec();
     exempt.push(("nginx.ingress.kubernetes.io/limit-whitelist", "127.0.0.0/8"));
-    write_limited_shop(dir.path(), pods[0].addr(), &exempt);
+    write_route(dir.path(), pods[0].addr(), "/", &exempt);
     sluice.wait_for_generation_after(2).await;
     assert_eq!(statuses(&sluice, "/", 6).await, [200; 6]);
 }
@@ -1295,9 +1278,10 @@ async fn limit_rps_admits_the_burst_then_answers_503_or_the_chosen_status() {
 async fn limit_connections_caps_a_clients_requests_in_progress() {
     let pods = pods_on(&["web"], 168, 0).await;
     let dir = tempfile::tempdir().unwrap();
-    write_limited_shop(
+    write_route(
         dir.path(),
         pods[0].addr(),
+        "/",
         &[("nginx.ingress.kubernetes.io/limit-connections", "1")],
     );
     let sluice = Sluice::start(dir.path(), &[]).await;
@@ -1446,7 +1430,7 @@ async fn mirror_target_gets_a_copy_and_its_failure_never_touches_the_client() {
     let silent = std::net::TcpListener::bind((support::pod_ip(172), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let write = |annotations: &[(&str, &str)]| {
-        write_limited_shop(dir.path(), pods[0].addr(), annotations);
+        write_route(dir.path(), pods[0].addr(), "/", annotations);
     };
     let target = format!("http://{}$request_uri", mirror.addr());
     write(&[
