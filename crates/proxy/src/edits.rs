@@ -3,11 +3,11 @@
 use http::header::HOST;
 use http::request::Parts;
 use http::{response, HeaderName, HeaderValue, StatusCode};
-use sluice_routing::{Redirect, RequestEdits, UrlPart};
+use sluice_routing::{Redirect, RequestEdits};
 
 use crate::error::ProxyError;
-use crate::headers::host_without_port;
 use crate::phases::{Filter, ProxyScope, RequestContext};
+use crate::template::{fill, http_host, scheme};
 
 const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 
@@ -22,16 +22,7 @@ impl Filter for RouteRedirect {
         request: &Parts,
         _proxy: &ProxyScope<'_>,
     ) -> Result<(), ProxyError> {
-        let mut location = String::new();
-        for part in &self.0.location {
-            match part {
-                UrlPart::Text(text) => location.push_str(text),
-                UrlPart::RequestUri => location.push_str(request_uri(request)),
-                UrlPart::Host => location.push_str(&nginx_host(context)),
-                UrlPart::Scheme => location.push_str(scheme(context)),
-            }
-        }
-        redirect(self.0.code, location)
+        redirect(self.0.code, fill(&self.0.location, context, request))
     }
 }
 
@@ -49,8 +40,7 @@ impl Filter for AppRoot {
         if request.uri.path() != "/" {
             return Ok(());
         }
-        let host = context.host.to_str().unwrap_or_default();
-        let location = format!("{}://{host}{}", scheme(context), self.0);
+        let location = format!("{}://{}{}", scheme(context), http_host(context), self.0);
         redirect(StatusCode::FOUND.as_u16(), location)
     }
 }
@@ -173,28 +163,6 @@ fn redirect(code: u16, location: String) -> Result<(), ProxyError> {
         Ok(location) => Err(ProxyError::Redirect { status, location }),
         // A variable filled in with bytes a header cannot carry: serve the route instead.
         Err(_) => Ok(()),
-    }
-}
-
-/// nginx's `$request_uri`: the target as the client sent it.
-fn request_uri(request: &Parts) -> &str {
-    request
-        .uri
-        .path_and_query()
-        .map_or("/", |target| target.as_str())
-}
-
-/// nginx's `$host`: the request's host, lowercase, without a port.
-fn nginx_host(context: &RequestContext<'_>) -> String {
-    host_without_port(context.host.to_str().unwrap_or_default()).to_ascii_lowercase()
-}
-
-/// nginx's `$scheme`: the client's connection.
-fn scheme(context: &RequestContext<'_>) -> &'static str {
-    if context.client.tls.is_some() {
-        "https"
-    } else {
-        "http"
     }
 }
 

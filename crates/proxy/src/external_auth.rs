@@ -13,10 +13,9 @@ use sluice_routing::{ExternalAuth, RoutePolicy, Variable};
 
 use crate::access::Grant;
 use crate::error::ProxyError;
-use crate::headers::host_without_port;
 use crate::outbound::OutboundClient;
 use crate::phases::RequestContext;
-use crate::sticky::request_cookie;
+use crate::template::{escape, fill, http_host, pass_access_scheme, request_uri, scheme};
 
 /// How long the auth service may take when the route sets no `proxy-read-timeout` (nginx's
 /// default `proxy_read_timeout`).
@@ -166,8 +165,8 @@ impl ExternalCheck {
             let separator = if query.is_some() { '&' } else { '?' };
             let original = format!(
                 "{}://{}{}",
-                scheme(context),
-                context.host.to_str().unwrap_or_default(),
+                pass_access_scheme(context),
+                http_host(context),
                 escape(request_uri(request))
             );
             location.push(separator);
@@ -263,7 +262,7 @@ impl ExternalCheck {
         let original_url = format!(
             "{}://{}{}",
             scheme(context),
-            context.host.to_str().unwrap_or_default(),
+            http_host(context),
             request_uri(request)
         );
         let redirect = match &self.auth.request_redirect {
@@ -276,10 +275,7 @@ impl ExternalCheck {
         set("x-sent-from", "sluice".to_owned());
         set("x-real-ip", context.real_client.to_string());
         set("x-forwarded-for", context.real_client.to_string());
-        set(
-            "x-forwarded-host",
-            context.host.to_str().unwrap_or_default().to_owned(),
-        );
+        set("x-forwarded-host", http_host(context).to_owned());
         set(
             "x-request-id",
             context.request_id.to_str().unwrap_or_default().to_owned(),
@@ -288,82 +284,5 @@ impl ExternalCheck {
             set("host", authority.as_str().to_owned());
         }
         headers
-    }
-}
-
-/// A template with the request's values for its nginx variables.
-pub(crate) fn fill(template: &[Variable], context: &RequestContext<'_>, request: &Parts) -> String {
-    let mut out = String::new();
-    for part in template {
-        match part {
-            Variable::Text(text) => out.push_str(text),
-            Variable::Host => out.push_str(
-                &host_without_port(context.host.to_str().unwrap_or_default()).to_ascii_lowercase(),
-            ),
-            Variable::HttpHost => out.push_str(context.host.to_str().unwrap_or_default()),
-            Variable::Scheme => out.push_str(scheme(context)),
-            Variable::RequestUri => out.push_str(request_uri(request)),
-            Variable::EscapedRequestUri => out.push_str(&escape(request_uri(request))),
-            Variable::RequestMethod => out.push_str(request.method.as_str()),
-            Variable::RemoteAddr => out.push_str(&context.real_client.to_string()),
-            Variable::Header(name) => out.push_str(
-                request
-                    .headers
-                    .get(name.as_str())
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default(),
-            ),
-            Variable::Cookie(name) => {
-                out.push_str(request_cookie(&request.headers, name).unwrap_or_default());
-            }
-            Variable::Arg(name) => out.push_str(argument(request, name).unwrap_or_default()),
-        }
-    }
-    out
-}
-
-fn argument<'r>(request: &'r Parts, name: &str) -> Option<&'r str> {
-    request
-        .uri
-        .query()?
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value)
-}
-
-fn request_uri(request: &Parts) -> &str {
-    request.uri.path_and_query().map_or("/", |t| t.as_str())
-}
-
-fn scheme(context: &RequestContext<'_>) -> &'static str {
-    if context.client.tls.is_some() || context.forwarded_https {
-        "https"
-    } else {
-        "http"
-    }
-}
-
-/// Percent-encodes all but RFC 3986's unreserved characters, as ingress-nginx's
-/// `$escaped_request_uri` (`set_escape_uri`) does.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3 / 2);
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escape_keeps_only_unreserved_characters() {
-        assert_eq!(escape("/a b/c?d=1&e=~"), "%2Fa%20b%2Fc%3Fd%3D1%26e%3D~");
     }
 }

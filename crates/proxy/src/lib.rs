@@ -35,6 +35,7 @@ mod server;
 mod sticky;
 mod table_handle;
 mod telemetry;
+mod template;
 mod upgrade;
 mod upstream;
 

@@ -11,9 +11,10 @@ use http_body_util::Full;
 use sluice_routing::{Mirror, RoutePolicy};
 
 use crate::body::RequestBody;
-use crate::external_auth::{fill, NOT_PASSED};
+use crate::external_auth::NOT_PASSED;
 use crate::outbound::OutboundClient;
 use crate::phases::RequestContext;
+use crate::template::{fill, request_uri};
 
 /// The most mirrored requests in progress, for the whole process: past it, copies are
 /// skipped, so a slow mirror can never hold more than this much memory.
@@ -53,7 +54,7 @@ impl MirrorCopy {
     pub(crate) fn head(&self, context: &RequestContext<'_>, request: &Parts) -> Option<MirrorHead> {
         let url = fill(&self.mirror.target, context, request);
         let mut uri = Uri::try_from(url.as_str()).ok()?;
-        let original = request.uri.path_and_query().map_or("/", |t| t.as_str());
+        let original = request_uri(request);
         if uri.path_and_query().is_none_or(|p| p.as_str() == "/") && !url.ends_with('/') {
             let mut parts = uri.into_parts();
             parts.path_and_query = original.parse().ok();

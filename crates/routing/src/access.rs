@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::variable::Variable;
+
 /// A route's authentication, as ingress-nginx's access phase runs it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct AccessControl {
@@ -68,32 +70,6 @@ pub struct AuthCache {
     /// Status codes cached and for how long (ingress-nginx's default: 200 202 401 for 5m).
     pub statuses: Vec<u16>,
     pub duration: Duration,
-}
-
-/// A piece of a template that may use nginx variables.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub enum Variable {
-    Text(String),
-    /// `$host`: the request's host, lowercase, without a port.
-    Host,
-    /// `$http_host`: the Host header as the client sent it.
-    HttpHost,
-    /// `$scheme`.
-    Scheme,
-    /// `$request_uri`.
-    RequestUri,
-    /// `$escaped_request_uri`: the request URI, URL-encoded.
-    EscapedRequestUri,
-    /// `$request_method`.
-    RequestMethod,
-    /// `$remote_addr`: the client's address after trusted-proxy resolution.
-    RemoteAddr,
-    /// `$http_<name>`: a request header (lowercase name, `-` for `_`).
-    Header(String),
-    /// `$cookie_<name>`.
-    Cookie(String),
-    /// `$arg_<name>`: a query parameter.
-    Arg(String),
 }
 
 /// `mirror-target`: a copy of each request goes there, fire-and-forget.

@@ -14,9 +14,10 @@ mod path;
 mod policy;
 mod table;
 mod tls;
+mod variable;
 mod view;
 
-pub use access::{AccessControl, AuthCache, BasicAuth, ExternalAuth, Mirror, Variable};
+pub use access::{AccessControl, AuthCache, BasicAuth, ExternalAuth, Mirror};
 pub use attached::Attached;
 pub use backend::{
     stable_hash, Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,
@@ -28,8 +29,9 @@ pub use path::{PathKind, PathMatch};
 pub use policy::{
     Balancer, Cors, ErrorPages, HashKey, Listeners, OriginPattern, RateLimits, Redirect,
     RequestEdits, RetryOn, RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict,
-    StickyCookie, TlsPolicy, UpstreamProtocol, UpstreamTimeouts, UpstreamTls, UrlPart,
+    StickyCookie, TlsPolicy, UpstreamProtocol, UpstreamTimeouts, UpstreamTls,
 };
 pub use table::{BackendIndex, Canary, CanaryRoute, Route, RoutingTable, TableBuilder, Target};
 pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};
+pub use variable::Variable;
 pub use view::{BackendView, RouteView, TableView};

@@ -115,20 +115,7 @@ impl RequestEdits {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Redirect {
     pub code: u16,
-    pub location: Vec<UrlPart>,
-}
-
-/// A piece of a redirect URL.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UrlPart {
-    Text(String),
-    /// nginx's `$request_uri`: the request's path and query as the client sent them.
-    RequestUri,
-    /// nginx's `$host`: the request's host, lowercase, without a port.
-    Host,
-    /// nginx's `$scheme`: `http` or `https`, the client's connection.
-    Scheme,
+    pub location: Vec<crate::variable::Variable>,
 }
 
 /// A route's timeouts towards its endpoints, as nginx's `proxy_*_timeout` mean them.

@@ -1,16 +1,10 @@
 //! `temporal-redirect`, `permanent-redirect` (with their codes), `app-root`, `rewrite-target`, `x-forwarded-prefix` and `upstream-vhost`: redirects and request-head changes with ingress-nginx's meaning.
 
-use sluice_routing::{Redirect, RequestEdits, UrlPart};
+use sluice_routing::{Redirect, RequestEdits, Variable};
 
 use super::keys::{PolicyKeys, Setting};
+use super::template::{parse_template, sample};
 use super::values::{Found, Report};
-
-/// The nginx variables a redirect URL may use, as ingress-nginx's users write them.
-const VARIABLES: [(&str, UrlPart); 3] = [
-    ("request_uri", UrlPart::RequestUri),
-    ("host", UrlPart::Host),
-    ("scheme", UrlPart::Scheme),
-];
 
 pub(crate) fn request_edits(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> RequestEdits {
     RequestEdits {
@@ -120,33 +114,29 @@ fn redirect(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<Redirect> 
 
 /// The URL as parts; `None` (with a warning) for an unknown variable or a URL that is neither
 /// absolute nor a path.
-fn location(found: Found<'_>, report: &mut Report<'_>) -> Option<Vec<UrlPart>> {
-    let mut parts = Vec::new();
-    let mut text = String::new();
-    let mut rest = found.value.trim();
-    while let Some(dollar) = rest.find('$') {
-        text.push_str(&rest[..dollar]);
-        let after = &rest[dollar + 1..];
-        let name_end = after
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(after.len());
-        let name = &after[..name_end];
-        let Some((_, part)) = VARIABLES.iter().find(|(known, _)| *known == name) else {
-            let message = format!(
-                "the redirect uses ${name}, which sluice does not fill in (only $request_uri, $host and $scheme); the redirect is ignored"
-            );
-            report.warning(found, message);
+fn location(found: Found<'_>, report: &mut Report<'_>) -> Option<Vec<Variable>> {
+    let unknown = |name: String, report: &mut Report<'_>| {
+        let message = format!(
+            "the redirect uses {name}, which sluice does not fill in (only $request_uri, $host and $scheme); the redirect is ignored"
+        );
+        report.warning(found, message);
+    };
+    let parts = match parse_template(found.value.trim()) {
+        Ok(parts) => parts,
+        Err(name) => {
+            unknown(format!("${name}"), report);
             return None;
-        };
-        if !text.is_empty() {
-            parts.push(UrlPart::Text(std::mem::take(&mut text)));
         }
-        parts.push(part.clone());
-        rest = &after[name_end..];
-    }
-    text.push_str(rest);
-    if !text.is_empty() {
-        parts.push(UrlPart::Text(text));
+    };
+    let allowed = |part: &Variable| {
+        matches!(
+            part,
+            Variable::Text(_) | Variable::RequestUri | Variable::Host | Variable::Scheme
+        )
+    };
+    if let Some(other) = parts.iter().find(|part| !allowed(part)) {
+        unknown(other.nginx_name(), report);
+        return None;
     }
     if !valid_target(&parts) {
         let message = format!(
@@ -161,16 +151,8 @@ fn location(found: Found<'_>, report: &mut Report<'_>) -> Option<Vec<UrlPart>> {
 
 /// Whether the URL, with sample values for its variables, is an absolute URL or a path that
 /// can stand in a `Location` header.
-fn valid_target(parts: &[UrlPart]) -> bool {
-    let sample: String = parts
-        .iter()
-        .map(|part| match part {
-            UrlPart::Text(text) => text.as_str(),
-            UrlPart::RequestUri => "/path?query",
-            UrlPart::Host => "example.com",
-            UrlPart::Scheme => "https",
-        })
-        .collect();
+fn valid_target(parts: &[Variable]) -> bool {
+    let sample = sample(parts);
     let Ok(uri) = http::Uri::try_from(sample.as_str()) else {
         return false;
     };
@@ -196,7 +178,7 @@ mod tests {
     use crate::annotations::values::read_one;
     use crate::diagnostic::Diagnostic;
 
-    fn parsed(value: &str) -> (Option<Vec<UrlPart>>, Vec<Diagnostic>) {
+    fn parsed(value: &str) -> (Option<Vec<Variable>>, Vec<Diagnostic>) {
         read_one(
             "nginx.ingress.kubernetes.io/permanent-redirect",
             value,
@@ -210,16 +192,16 @@ mod tests {
         assert_eq!(
             parts,
             Some(vec![
-                UrlPart::Scheme,
-                UrlPart::Text("://www.".into()),
-                UrlPart::Host,
-                UrlPart::RequestUri,
+                Variable::Scheme,
+                Variable::Text("://www.".into()),
+                Variable::Host,
+                Variable::RequestUri,
             ])
         );
         let (parts, _) = parsed("https://example.com/new");
         assert_eq!(
             parts,
-            Some(vec![UrlPart::Text("https://example.com/new".into())])
+            Some(vec![Variable::Text("https://example.com/new".into())])
         );
     }
 
@@ -235,6 +217,7 @@ mod tests {
     fn unknown_variables_and_bad_urls_are_ignored_with_a_warning() {
         for bad in [
             "https://x.test$uri",
+            "https://x.test/$remote_addr",
             "not a url",
             "ftp:/broken",
             "example.com/x",

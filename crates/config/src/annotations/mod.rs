@@ -10,6 +10,7 @@ mod edits;
 mod keys;
 mod policy;
 mod retry;
+mod template;
 mod tls;
 mod traefik;
 mod values;
