@@ -241,7 +241,10 @@ impl Proxy {
         let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
         let (mut parts, body) = request.into_parts();
         let inbound = Inbound::read(&parts)?;
-        let target = canary_or_main(route(table, &inbound, context)?, &parts.headers);
+        // The route, its canary when the canary takes the request, and its default backend
+        // when its own backend has no endpoints.
+        let routed = canary_or_main(route(table, &inbound, context)?, &parts.headers);
+        let target = error_pages::serving_target(table, routed);
         context.target = Some(target);
         let filters = Filters::of(target.policy);
         // Request filters.
@@ -253,8 +256,6 @@ impl Proxy {
             Some(access) => Some(Box::pin(access.check(context, &parts, &self.outbound)).await?),
             None => None,
         };
-        let target = error_pages::serving_target(table, target);
-        context.target = Some(target);
         // Upstream request.
         let wire = match &target.policy.upstream {
             UpstreamProtocol::Http1 => Wire::Http1,
@@ -424,7 +425,8 @@ struct Measure {
 }
 
 /// The route phase: 421 when the request's host has a TLS site whose terms differ from the
-/// connection's, then host and path, served on this listener (else 404).
+/// connection's, the `from-to-www-redirect` 308, then host and path, served on this listener
+/// (else 404), and the trailing-slash 301.
 fn route<'r>(
     table: &'r RoutingTable,
     inbound: &Inbound,
@@ -458,7 +460,6 @@ fn route<'r>(
     {
         return Err(slash_redirect(inbound, &directory, over_tls));
     }
-    context.target = Some(target);
     context.host_has_tls = tls_site.is_some();
     context.host = inbound.host.clone();
     Ok(target)
