@@ -25,6 +25,7 @@ use values::{parse_bool, Found, Report};
 pub use auth::AuthSecret;
 #[cfg(test)]
 pub(crate) use keys::nginx_names;
+pub(crate) use keys::PREFIXES;
 pub(crate) use policy::ingress_policy;
 pub use policy::IngressPolicy;
 pub use retry::UNLIMITED_TRIES;

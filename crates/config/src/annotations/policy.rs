@@ -2,7 +2,7 @@
 
 use sluice_routing::{ErrorPages, RoutePolicy, UpstreamProtocol, UpstreamTimeouts};
 
-use super::keys::{PolicyKeys, Setting};
+use super::keys::{classify, PolicyKeys, Setting};
 use super::values::{parse_bool, parse_duration, parse_size, Report};
 use super::{access, affinity, auth, balance, canary, cors, edits, retry, tls, Annotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
@@ -44,8 +44,8 @@ pub struct IngressPolicy {
     /// `route.access.basic`.
     pub auth_secret: Option<super::AuthSecret>,
     /// `default-backend`: the Service (of the Ingress's namespace) the compile resolves into
-    /// `route.error_pages`, with the annotation's field.
-    pub default_backend: Option<(String, String)>,
+    /// `route.error_pages`, with the rank of the annotation prefix it was written under.
+    pub default_backend: Option<(String, usize)>,
     /// `custom-headers`: the ConfigMap (namespace, name) whose keys and values the compile
     /// adds to the routes' responses, with the annotation's field.
     pub custom_headers: Option<(String, String, String)>,
@@ -243,7 +243,8 @@ pub(crate) fn ingress_policy(
     let default_backend = keys.get(Setting::DefaultBackend).and_then(|found| {
         let name = found.value.trim();
         if is_dns_name(name) && !name.contains('.') {
-            Some((name.to_owned(), found.field()))
+            let rank = classify(found.key).map_or(0, |(rank, _)| rank);
+            Some((name.to_owned(), rank))
         } else {
             report.warning(found, format!("invalid value {name:?}: expected the name of a Service in the Ingress's namespace; no default backend"));
             None

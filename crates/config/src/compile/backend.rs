@@ -10,7 +10,9 @@ use k8s_openapi::api::discovery::v1::{EndpointConditions, EndpointSlice};
 use k8s_openapi::api::networking::v1::IngressServiceBackend;
 use sluice_routing::{Backend, BackendId, BackendMode, Endpoint, EndpointSet, TableBuilder};
 
-use crate::annotations::{service_annotations, ServiceAnnotations, ServiceUpstream};
+use crate::annotations::{
+    annotation_field, service_annotations, ServiceAnnotations, ServiceUpstream, PREFIXES,
+};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
 
@@ -141,13 +143,18 @@ pub(super) enum BackendField {
         rule: usize,
         path: usize,
     },
-    /// The Service the `default-backend` annotation names.
-    DefaultBackendAnnotation,
+    /// The Service the `default-backend` annotation names, written under the prefix of this
+    /// rank in the annotation prefixes.
+    DefaultBackendAnnotation {
+        prefix: usize,
+    },
 }
 
-/// The field of the `default-backend` annotation, as diagnostics about its Service name it.
-pub(super) const DEFAULT_BACKEND_FIELD: &str =
-    "metadata.annotations[nginx.ingress.kubernetes.io/default-backend]";
+/// The field of the `default-backend` annotation written under the prefix of rank `prefix`.
+fn default_backend_field(prefix: usize) -> String {
+    let prefix = PREFIXES.get(prefix).copied().unwrap_or_default();
+    annotation_field(&format!("{prefix}default-backend"))
+}
 
 impl BackendField {
     /// The field path with `suffix` appended, e.g. `.service.port`.
@@ -157,7 +164,7 @@ impl BackendField {
             Self::Path { rule, path } => {
                 format!("spec.rules[{rule}].http.paths[{path}].backend{suffix}")
             }
-            Self::DefaultBackendAnnotation => DEFAULT_BACKEND_FIELD.to_owned(),
+            Self::DefaultBackendAnnotation { prefix } => default_backend_field(prefix),
         }
     }
 }

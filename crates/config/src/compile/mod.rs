@@ -146,8 +146,9 @@ fn compile_ingress(
         );
         compiler.fragment.config_maps.push(read);
     }
-    if let Some((name, field)) = policy.default_backend.clone() {
-        if let Some(id) = compiler.default_backend_annotation(key, &name, &field, &policy) {
+    if let Some((name, prefix)) = policy.default_backend.clone() {
+        let field = BackendField::DefaultBackendAnnotation { prefix };
+        if let Some(id) = compiler.default_backend_annotation(key, &name, field, &policy) {
             let pages = policy.route.error_pages.get_or_insert_with(|| ErrorPages {
                 backend: None,
                 codes: Vec::new(),
@@ -347,7 +348,7 @@ impl<'a> Compiler<'a, '_> {
         &mut self,
         key: &ObjectKey,
         name: &str,
-        field: &str,
+        field: BackendField,
         policy: &IngressPolicy,
     ) -> Option<BackendId> {
         let service = self.services.get(&key.namespace, name);
@@ -364,7 +365,7 @@ impl<'a> Compiler<'a, '_> {
                 key.namespace
             );
             self.diagnostics
-                .warning(&ObjectRef::ingress(key), field, message);
+                .warning(&ObjectRef::ingress(key), field.at(""), message);
             return None;
         };
         let reference = IngressBackend {
@@ -384,8 +385,7 @@ impl<'a> Compiler<'a, '_> {
             policy,
             base: DEFAULT_POLICY.clone(),
         };
-        let (id, _) =
-            self.backend_of(&reference, &current, BackendField::DefaultBackendAnnotation)?;
+        let (id, _) = self.backend_of(&reference, &current, field)?;
         // The policy computed for it is not a route's: the Ingress's routes compute their own.
         self.policies.retain(|(known, _)| *known != id);
         Some(id)
@@ -507,6 +507,6 @@ fn path_field(field: BackendField, suffix: &str) -> String {
             format!("spec.rules[{rule}].http.paths[{path}]{suffix}")
         }
         BackendField::Default => format!("spec.defaultBackend{suffix}"),
-        BackendField::DefaultBackendAnnotation => backend::DEFAULT_BACKEND_FIELD.to_owned(),
+        BackendField::DefaultBackendAnnotation { .. } => field.at(""),
     }
 }
