@@ -46,8 +46,9 @@ pub(crate) struct Access {
     /// The source ranges, checked here (not in the request filters) under `satisfy any`.
     ranges: Option<SourceRanges>,
     external: Option<ExternalCheck>,
-    /// Signs digest nonces, so a nonce is only accepted from this process and while fresh.
-    nonce_key: ring::hmac::Key,
+    /// Signs digest nonces, so a nonce is only accepted from this process and while fresh;
+    /// `None` when the system's random source failed (digest routes then answer 503).
+    nonce_key: Option<ring::hmac::Key>,
 }
 
 /// How long a digest nonce stays valid.
@@ -64,7 +65,7 @@ impl Access {
             .then(|| policy.source_ranges.clone());
         let nonce_key =
             ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &ring::rand::SystemRandom::new())
-                .unwrap_or_else(|_| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"sluice"));
+                .ok();
         Some(Self {
             external: control
                 .external
@@ -115,22 +116,21 @@ impl Access {
             .get(AUTHORIZATION)
             .map(HeaderValue::as_bytes)
             .unwrap_or_default();
-        let admitted = if auth.digest {
-            self.digest_admits(auth, credentials, request)
-        } else {
-            basic_admits(auth, credentials)
+        let admitted = match (auth.digest, &self.nonce_key) {
+            (true, Some(key)) => digest_admits(key, auth, credentials, request),
+            (true, None) => return Err(ProxyError::RouteDenied),
+            (false, _) => basic_admits(auth, credentials),
         };
         if admitted {
             return Ok(());
         }
-        let challenge = if auth.digest {
-            format!(
+        let challenge = match &self.nonce_key {
+            Some(key) if auth.digest => format!(
                 "Digest realm=\"{}\", qop=\"auth\", algorithm=MD5, nonce=\"{}\"",
                 quoted(&auth.realm),
-                self.nonce(now_secs())
-            )
-        } else {
-            format!("Basic realm=\"{}\"", quoted(&auth.realm))
+                nonce(key, now_secs())
+            ),
+            _ => format!("Basic realm=\"{}\"", quoted(&auth.realm)),
         };
         let mut headers = HeaderMap::new();
         if let Ok(value) = HeaderValue::try_from(challenge) {
@@ -141,79 +141,84 @@ impl Access {
             headers: Box::new(headers),
         })
     }
+}
 
-    /// A nonce: the time it was issued and an HMAC of it.
-    fn nonce(&self, issued: u64) -> String {
-        let tag = ring::hmac::sign(&self.nonce_key, &issued.to_be_bytes());
-        let tag: String = tag.as_ref()[..16]
+/// A digest nonce: the time it was issued and an HMAC of it.
+fn nonce(key: &ring::hmac::Key, issued: u64) -> String {
+    let tag = ring::hmac::sign(key, &issued.to_be_bytes());
+    let tag: String = tag.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{issued:x}.{tag}")
+}
+
+fn fresh_nonce(key: &ring::hmac::Key, nonce_text: &str) -> bool {
+    let Some(issued) = nonce_text
+        .split_once('.')
+        .and_then(|(time, _)| u64::from_str_radix(time, 16).ok())
+    else {
+        return false;
+    };
+    let fresh = now_secs().saturating_sub(issued) <= NONCE_LIFETIME_SECS;
+    fresh && equal(nonce(key, issued).as_bytes(), nonce_text.as_bytes())
+}
+
+/// RFC 7616 with MD5, `qop=auth` or none, against the htdigest `HA1` of the user.
+fn digest_admits(
+    key: &ring::hmac::Key,
+    auth: &BasicAuth,
+    credentials: &[u8],
+    request: &Parts,
+) -> bool {
+    let Some(fields) = std::str::from_utf8(credentials)
+        .ok()
+        .and_then(|text| text.strip_prefix("Digest "))
+        .map(digest_fields)
+    else {
+        return false;
+    };
+    let field = |name: &str| {
+        fields
             .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        format!("{issued:x}.{tag}")
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    };
+    let (Some(user), Some(nonce), Some(uri), Some(response)) = (
+        field("username"),
+        field("nonce"),
+        field("uri"),
+        field("response"),
+    ) else {
+        return false;
+    };
+    let request_target = request.uri.path_and_query().map_or("/", |t| t.as_str());
+    if field("realm") != Some(auth.realm.as_str())
+        || uri != request_target
+        || !fresh_nonce(key, nonce)
+    {
+        return false;
     }
-
-    fn fresh_nonce(&self, nonce: &str) -> bool {
-        let Some(issued) = nonce
-            .split_once('.')
-            .and_then(|(time, _)| u64::from_str_radix(time, 16).ok())
-        else {
-            return false;
-        };
-        let fresh = now_secs().saturating_sub(issued) <= NONCE_LIFETIME_SECS;
-        fresh && equal(self.nonce(issued).as_bytes(), nonce.as_bytes())
-    }
-
-    /// RFC 7616 with MD5, `qop=auth` or none, against the htdigest `HA1` of the user.
-    fn digest_admits(&self, auth: &BasicAuth, credentials: &[u8], request: &Parts) -> bool {
-        let Some(fields) = std::str::from_utf8(credentials)
-            .ok()
-            .and_then(|text| text.strip_prefix("Digest "))
-            .map(digest_fields)
-        else {
-            return false;
-        };
-        let field = |name: &str| {
-            fields
-                .iter()
-                .find(|(key, _)| key.eq_ignore_ascii_case(name))
-                .map(|(_, value)| value.as_str())
-        };
-        let (Some(user), Some(nonce), Some(uri), Some(response)) = (
-            field("username"),
-            field("nonce"),
-            field("uri"),
-            field("response"),
-        ) else {
-            return false;
-        };
-        let request_target = request.uri.path_and_query().map_or("/", |t| t.as_str());
-        if field("realm") != Some(auth.realm.as_str())
-            || uri != request_target
-            || !self.fresh_nonce(nonce)
-        {
-            return false;
-        }
-        let Some((_, ha1)) = auth.users.iter().find(|(name, _)| name == user) else {
-            return false;
-        };
-        let ha2 = md5_hex(&[request.method.as_str().as_bytes(), uri.as_bytes()]);
-        let expected = match (field("qop"), field("nc"), field("cnonce")) {
-            (Some(qop), Some(nc), Some(cnonce)) => md5_hex(&[
-                ha1.as_bytes(),
-                nonce.as_bytes(),
-                nc.as_bytes(),
-                cnonce.as_bytes(),
-                qop.as_bytes(),
-                ha2.as_bytes(),
-            ]),
-            (None, _, _) => md5_hex(&[ha1.as_bytes(), nonce.as_bytes(), ha2.as_bytes()]),
-            _ => return false,
-        };
-        equal(
-            expected.as_bytes(),
-            response.to_ascii_lowercase().as_bytes(),
-        )
-    }
+    let Some((_, ha1)) = auth.users.iter().find(|(name, _)| name == user) else {
+        return false;
+    };
+    let ha2 = md5_hex(&[request.method.as_str().as_bytes(), uri.as_bytes()]);
+    let expected = match (field("qop"), field("nc"), field("cnonce")) {
+        (Some(qop), Some(nc), Some(cnonce)) => md5_hex(&[
+            ha1.as_bytes(),
+            nonce.as_bytes(),
+            nc.as_bytes(),
+            cnonce.as_bytes(),
+            qop.as_bytes(),
+            ha2.as_bytes(),
+        ]),
+        (None, _, _) => md5_hex(&[ha1.as_bytes(), nonce.as_bytes(), ha2.as_bytes()]),
+        _ => return false,
+    };
+    equal(
+        expected.as_bytes(),
+        response.to_ascii_lowercase().as_bytes(),
+    )
 }
 
 /// `Authorization: Basic base64(user:password)` against the user's htpasswd hash. An unknown

@@ -13,6 +13,7 @@ use sluice_routing::{ExternalAuth, RoutePolicy, Variable};
 
 use crate::access::Grant;
 use crate::error::ProxyError;
+use crate::headers::headers_for_copy;
 use crate::outbound::OutboundClient;
 use crate::phases::RequestContext;
 use crate::template::{escape, fill, http_host, pass_access_scheme, request_uri, scheme};
@@ -22,20 +23,6 @@ use crate::template::{escape, fill, http_host, pass_access_scheme, request_uri, 
 const DEFAULT_AUTH_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most answers one route keeps; when full, expired answers go, then all.
 const MAX_CACHED_ANSWERS: usize = 10_000;
-
-/// Request headers never passed to the auth service: this hop's, and the body's framing
-/// (the subrequest has no body).
-pub(crate) const NOT_PASSED: [HeaderName; 9] = [
-    http::header::CONNECTION,
-    http::header::CONTENT_LENGTH,
-    http::header::TRANSFER_ENCODING,
-    http::header::TE,
-    http::header::TRAILER,
-    http::header::UPGRADE,
-    http::header::EXPECT,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-];
 
 /// The auth service's answer, kept to what the decision and the grant use.
 #[derive(Clone, Debug)]
@@ -250,10 +237,7 @@ impl ExternalCheck {
         context: &RequestContext<'_>,
         request: &Parts,
     ) -> HeaderMap {
-        let mut headers = request.headers.clone();
-        for name in &NOT_PASSED {
-            headers.remove(name);
-        }
+        let mut headers = headers_for_copy(&request.headers);
         let mut set = |name: &'static str, value: String| {
             if let Ok(value) = HeaderValue::try_from(value) {
                 headers.insert(HeaderName::from_static(name), value);

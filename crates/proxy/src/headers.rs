@@ -36,6 +36,21 @@ pub(crate) fn host_without_port(host: &str) -> &str {
     }
 }
 
+/// The client's headers for a bodiless copy of its request sent elsewhere (an auth
+/// subrequest, a mirror): this hop's headers and the body's framing and `Expect` removed.
+pub(crate) fn headers_for_copy(headers: &HeaderMap) -> HeaderMap {
+    let mut copy = headers.clone();
+    strip_hop_by_hop(&mut copy);
+    for name in [
+        http::header::CONTENT_LENGTH,
+        http::header::TRANSFER_ENCODING,
+        http::header::EXPECT,
+    ] {
+        copy.remove(name);
+    }
+    copy
+}
+
 /// Removes hop-by-hop headers and the headers `Connection` names, except Host and the
 /// framing headers. A request's `TE: trailers` (which gRPC needs) is kept; any other TE value
 /// belongs to this hop only.

@@ -11,7 +11,7 @@ use http_body_util::Full;
 use sluice_routing::{Mirror, RoutePolicy};
 
 use crate::body::RequestBody;
-use crate::external_auth::NOT_PASSED;
+use crate::headers::headers_for_copy;
 use crate::outbound::OutboundClient;
 use crate::phases::RequestContext;
 use crate::template::{fill, request_uri};
@@ -63,10 +63,7 @@ impl MirrorCopy {
         let mut copy = Request::new(());
         *copy.method_mut() = request.method.clone();
         let headers = copy.headers_mut();
-        *headers = request.headers.clone();
-        for name in &NOT_PASSED {
-            headers.remove(name);
-        }
+        *headers = headers_for_copy(&request.headers);
         let host = match &self.mirror.host {
             Some(host) => HeaderValue::try_from(host.as_str()).ok(),
             None => uri
