@@ -161,7 +161,7 @@ pub const INGRESS_NGINX: &[(&str, Support)] = &[
     ("whitelist-source-range", Support::Full),
     ("denylist-source-range", Support::Full),
     ("satisfy", Support::Full),
-    ("limit-connections", Support::Partly("counts a client's requests until their response head is sent")),
+    ("limit-connections", Support::Full),
     ("limit-rps", Support::Full),
     ("limit-rpm", Support::Full),
     ("limit-burst-multiplier", Support::Full),

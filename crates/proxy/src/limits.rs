@@ -144,6 +144,7 @@ impl Bucket {
 }
 
 /// nginx's `limit_conn`: each client's requests in progress.
+#[derive(Debug)]
 pub(crate) struct Connections {
     limit: u32,
     clients: Mutex<HashMap<IpAddr, u32>>,
@@ -164,7 +165,8 @@ impl Connections {
     }
 }
 
-/// One request in progress of a limited client; dropped when the request is answered.
+/// One request in progress of a limited client; dropped when its response has ended.
+#[derive(Debug)]
 pub(crate) struct ConnectionSlot {
     connections: Arc<Connections>,
     client: IpAddr,

@@ -6,6 +6,7 @@ use std::time::Instant;
 use http::StatusCode;
 
 use crate::access_log::{AccessLog, AccessRecord};
+use crate::limits::ConnectionSlot;
 use crate::telemetry::{Measured, RouteMetrics};
 
 /// What a request still has to record when its response ends.
@@ -19,11 +20,16 @@ pub(crate) struct Completion {
     /// The access-log line, with its sizes and duration still to fill in; `None` when the
     /// access log is off.
     pub(crate) log: Option<Box<(Arc<AccessLog>, AccessRecord)>>,
+    /// The request's place under `limit-connections`, held until the response ends.
+    pub(crate) connection_slot: Option<ConnectionSlot>,
 }
 
 impl Completion {
-    /// The response ended after `response_bytes` body bytes.
+    /// The response ended after `response_bytes` body bytes. (A completion dropped without
+    /// finishing, when the client left, gives its `limit-connections` place back too.)
     pub(crate) fn finish(self, response_bytes: u64) {
+        // The response has ended: the client may use its place for another request.
+        drop(self.connection_slot);
         let duration = self.started.elapsed();
         self.route.record(
             self.method,

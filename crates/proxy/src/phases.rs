@@ -62,7 +62,8 @@ pub(crate) struct RequestContext<'r> {
     pub(crate) cors_origin: Option<HeaderValue>,
     /// The auth service's grant, while it has cookies for the response.
     pub(crate) auth_cookies: Option<crate::access::Grant>,
-    /// The request's place under `limit-connections`, given back when the request ends.
+    /// The request's place under `limit-connections`, handed to the response body by the log
+    /// phase and given back when the response ends.
     pub(crate) connection_slot: Option<crate::limits::ConnectionSlot>,
 }
 

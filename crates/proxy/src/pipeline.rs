@@ -22,6 +22,7 @@ use crate::grpc;
 use crate::headers::{join_cookies, strip_hop_by_hop};
 use crate::health::InFlight;
 use crate::inbound::Inbound;
+use crate::limits::ConnectionSlot;
 use crate::log_phase::{declared_length, Completion};
 use crate::mirror::MirrorCopy;
 use crate::options::ProxyOptions;
@@ -173,17 +174,20 @@ impl Proxy {
         if let Some(target) = &context.target {
             Filters::of(target.policy).on_log(&context, response.status());
         }
-        self.measure(&mut response, &context, measure);
+        let connection_slot = context.connection_slot.take();
+        self.measure(&mut response, &context, measure, connection_slot);
         response
     }
 
-    /// Hands the request's metrics and access-log line to its response body, which records
-    /// them when it ends; a body of the proxy's own is recorded at once.
+    /// Hands the request's metrics, access-log line and `limit-connections` place to its
+    /// response body, which records them (and gives the place back) when it ends; a body of
+    /// the proxy's own is recorded at once.
     fn measure(
         &self,
         response: &mut Response<ProxyBody>,
         context: &RequestContext<'_>,
         measure: Measure,
+        connection_slot: Option<ConnectionSlot>,
     ) {
         let metrics = &self.table.runtime().metrics;
         let route = match &context.target {
@@ -217,6 +221,7 @@ impl Proxy {
             request_bytes: measure.request_bytes,
             route,
             log,
+            connection_slot,
         };
         match response.body_mut() {
             Either::Left(body) => body.on_end(completion),

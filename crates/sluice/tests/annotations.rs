@@ -1294,6 +1294,27 @@ async fn limit_connections_caps_a_clients_requests_in_progress() {
     assert_eq!((slow.status.as_u16(), second.status.as_u16()), (200, 503));
     // Once the first is answered, the client may send again.
     assert_eq!(statuses(&sluice, "/", 2).await, [200, 200]);
+    // A response whose body is still going out holds the place until it ends: here a 64 MiB
+    // body the client stops reading after its head.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut reader = tokio::net::TcpStream::connect(sluice.listen).await.unwrap();
+    let head = "GET /__testkit/bytes/67108864 HTTP/1.1\r\nhost: shop.test\r\n\r\n";
+    reader.write_all(head.as_bytes()).await.unwrap();
+    let mut first = [0u8; 12];
+    reader.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    assert_eq!(statuses(&sluice, "/", 1).await, [503]);
+    // The client leaves: its place is free again.
+    drop(reader);
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        seen = statuses(&sluice, "/", 1).await;
+        if seen == [200] {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen, [200]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
