@@ -35,10 +35,13 @@ use hyper::client::conn::TrySendError;
 use sluice_routing::{Backend, BackendMode, Endpoint, EndpointSet, RoutePolicy};
 
 use crate::balance::{Candidates, RequestKey};
-use crate::body::{ClientBodyError, RequestBody, UploadProgress, UpstreamBody};
+use crate::body::{
+    ClientBodyError, EndpointBody, RequestBody, StreamingBody, UploadProgress, UpstreamBody,
+};
 use crate::error::ProxyError;
 use crate::health::{Admission, InFlight, TrialGuard};
 use crate::pool::{keep_alive_for, Checkin, Connection};
+use crate::retry_buffer::{holdable_length, HeldBytes, RetryBuffer};
 use crate::runtime::{EndpointRuntime, Runtime};
 use crate::telemetry::RetryReason;
 use crate::upstream::Wire;
@@ -53,15 +56,14 @@ pub(crate) struct AttemptSettings<'s> {
     pub(crate) response_header_timeout: Duration,
     pub(crate) body_idle_timeout: Duration,
     pub(crate) upstream_idle_timeout: Duration,
+    pub(crate) retry_buffer: &'s RetryBuffer,
 }
 
-/// A response from an endpoint, with what the caller needs to finish it.
+/// A response from an endpoint: its body still streaming (with the endpoint's load and
+/// connection), or held whole.
 pub(crate) struct Answer {
-    pub(crate) response: Response<Incoming>,
-    pub(crate) in_flight: InFlight,
+    pub(crate) response: Response<EndpointBody>,
     pub(crate) endpoint: Endpoint,
-    /// The connection, to go back to its pool when the response body ends.
-    pub(crate) checkin: Checkin,
 }
 
 /// What the attempts of one request came to.
@@ -83,6 +85,8 @@ enum Failure {
     Sent(ProxyError),
     /// No response headers within the per-try timeout, or the endpoint stopped reading the body.
     TimedOut(ProxyError),
+    /// A held response was cut off before its declared end.
+    Cut(ProxyError),
     /// The client broke its own request: never retried.
     Client(ProxyError),
 }
@@ -212,9 +216,12 @@ impl<'a> Exchange<'a> {
             if let Some(trial) = pick.trial {
                 self.settle_trial(trial, &pick.runtime, &outcome);
             }
+            if let Err(Failure::Cut(_)) = outcome {
+                self.record_response_cut(&pick.runtime);
+            }
             self.last_reached = matches!(
                 outcome,
-                Ok(_) | Err(Failure::Sent(_) | Failure::TimedOut(_))
+                Ok(_) | Err(Failure::Sent(_) | Failure::TimedOut(_) | Failure::Cut(_))
             );
             let costly = self.last_reached || matches!(outcome, Err(Failure::ConnectTimedOut));
             if costly || self.backend.mode() != BackendMode::Endpoints {
@@ -408,12 +415,8 @@ impl<'a> Exchange<'a> {
                     runtime.stats.record_latency(now - sent, now);
                     let keep_for =
                         keep_alive_for(response.headers(), self.settings.upstream_idle_timeout);
-                    return Ok(Answer {
-                        response,
-                        in_flight,
-                        endpoint: endpoint.clone(),
-                        checkin: Checkin::new(runtime.pool.clone(), connection, keep_for),
-                    });
+                    let checkin = Checkin::new(runtime.pool.clone(), connection, keep_for);
+                    return self.answered(response, in_flight, checkin, endpoint).await;
                 }
                 Err(Exchanged::Unsent(request, error)) => {
                     let (parts, body) = request.into_parts();
@@ -447,6 +450,79 @@ impl<'a> Exchange<'a> {
                 Err(Exchanged::TimedOut(error)) => return Err(Failure::TimedOut(error)),
             }
         }
+    }
+
+    /// The endpoint's response, its body streaming on, or read whole first when it is one to
+    /// hold ([`crate::retry_buffer`]): then a body cut off fails the attempt, which a retry
+    /// may follow.
+    async fn answered(
+        &self,
+        response: Response<Incoming>,
+        in_flight: InFlight,
+        checkin: Checkin,
+        endpoint: &Endpoint,
+    ) -> Result<Answer, Failure> {
+        let hold = self.hold(&response);
+        let (head, body) = response.into_parts();
+        let idle = self
+            .policy
+            .timeouts
+            .read
+            .unwrap_or(self.settings.body_idle_timeout);
+        let streaming = StreamingBody::new(body, in_flight, idle, checkin);
+        let body = match hold {
+            None => EndpointBody::Streaming(streaming),
+            Some((length, reservation)) => match streaming.read_whole(length, reservation).await {
+                Ok(held) => EndpointBody::Held(held),
+                Err(error) => return Err(Failure::Cut(ProxyError::ResponseCut(error))),
+            },
+        };
+        Ok(Answer {
+            response: Response::from_parts(head, body),
+            endpoint: endpoint.clone(),
+        })
+    }
+
+    /// The length to hold `response` for and its claim on the proxy-wide cap, when the
+    /// response is one to hold and a cut-off body could still be retried.
+    fn hold(&self, response: &Response<Incoming>) -> Option<(u64, HeldBytes)> {
+        if !self.could_retry_a_cut() {
+            return None;
+        }
+        let buffer = self.settings.retry_buffer;
+        let limit = buffer.limit(self.policy.retry.response_buffer);
+        let length = holdable_length(&self.parts, response, limit)?;
+        match buffer.reserve(length) {
+            Some(reservation) => Some((length, reservation)),
+            None => {
+                self.settings.runtime.metrics.retry_buffer_full.inc();
+                None
+            }
+        }
+    }
+
+    /// Whether another attempt could follow this one if its response were cut off: the retry
+    /// rules allow it, an endpoint not tried yet (or the ClusterIP fallback) is there, and
+    /// tries, retry time and the backend's retry budget are left.
+    fn could_retry_a_cut(&self) -> bool {
+        let retry = &self.policy.retry;
+        if retry.on.off || !retry.on.error || !self.may_resend() {
+            return false;
+        }
+        let untried = match self.backend.mode() {
+            BackendMode::Endpoints => self.set.eligible().len() > self.skip.len(),
+            // One address: a retry goes out on a new connection, where another pod may answer.
+            _ => true,
+        };
+        let tries_left = (untried && self.charged + 1 < retry.tries.max(1)) || self.fallback_due();
+        let in_time = retry.timeout.is_none_or(|t| self.started.elapsed() < t);
+        tries_left
+            && in_time
+            && self
+                .settings
+                .runtime
+                .budget(self.backend)
+                .has_retry(Instant::now())
     }
 
     /// Sends one request on `connection`: first the body, watching for an endpoint that stops
@@ -526,6 +602,15 @@ impl<'a> Exchange<'a> {
             .unwrap_or(self.settings.connect_timeout)
     }
 
+    /// Counts a response cut off mid-body, and ejects the endpoint after three in a row when
+    /// its backend can spare it.
+    fn record_response_cut(&self, runtime: &Arc<EndpointRuntime>) {
+        let may_eject = self.ejected_besides(runtime) < self.set.eligible().len() / 2;
+        if runtime.stats.record_response_cut(Instant::now(), may_eject) {
+            self.settings.runtime.metrics.ejections.inc();
+        }
+    }
+
     /// Counts a failed connect and ejects the endpoint when it is due and its backend can
     /// spare it: at most half of the eligible endpoints are ejected at once.
     fn record_connect_failure(&self, runtime: &Arc<EndpointRuntime>) {
@@ -596,6 +681,7 @@ impl<'a> Exchange<'a> {
             Failure::NotSent(_) | Failure::ConnectTimedOut => true,
             Failure::Sent(_) => on.error && self.may_resend(),
             Failure::TimedOut(_) => on.timeout && self.may_resend(),
+            Failure::Cut(_) => on.error && self.may_resend(),
         }
     }
 
@@ -672,6 +758,7 @@ impl Failure {
             Self::ConnectTimedOut => RetryReason::ConnectTimeout,
             Self::Sent(_) => RetryReason::UpstreamError,
             Self::TimedOut(_) => RetryReason::Timeout,
+            Self::Cut(_) => RetryReason::ResponseCut,
         }
     }
 
@@ -680,6 +767,7 @@ impl Failure {
             Self::NotSent(error)
             | Self::Sent(error)
             | Self::TimedOut(error)
+            | Self::Cut(error)
             | Self::Client(error) => error,
             Self::ConnectTimedOut => ProxyError::ConnectTimeout,
         }

@@ -1,4 +1,4 @@
-//! Bodies in both directions: a client's request body under its size limit and idle timeout (buffered for replay when small), and an endpoint's response body that counts the endpoint's load and times out when it stalls.
+//! Bodies in both directions: a client's request body under its size limit and idle timeout (buffered for replay when small), and an endpoint's response body that counts the endpoint's load, times out when it stalls, and may be held whole.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
 use http::request::Parts;
 use http_body_util::{BodyExt, Full, Limited};
@@ -19,6 +19,7 @@ use crate::error::ProxyError;
 use crate::health::InFlight;
 use crate::log_phase::Completion;
 use crate::pool::Checkin;
+use crate::retry_buffer::HeldBytes;
 
 /// Request bodies up to this size are buffered so an attempt can be replayed on another endpoint.
 pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
@@ -324,31 +325,26 @@ impl Body for ClientBody {
     }
 }
 
-/// Why a response body stream from an endpoint ended in an error.
-#[derive(Debug, thiserror::Error)]
-pub enum ResponseBodyError {
-    #[error("the endpoint paused the response body for longer than the idle timeout")]
-    Stalled,
-    #[error("reading the response body failed")]
-    Read(#[source] hyper::Error),
+/// An endpoint's response body as the attempts hand it on: still streaming from the endpoint,
+/// or held whole (see [`crate::retry_buffer`]).
+pub(crate) enum EndpointBody {
+    Streaming(StreamingBody),
+    Held(HeldBody),
 }
 
-/// An upstream response body that keeps its endpoint's request counted in flight until the
-/// body ends or the client goes away, and fails when the endpoint stalls between chunks.
-pub struct TrackedBody {
+/// A response body still coming from its endpoint: the endpoint counts the request in flight
+/// until the body ends or the client goes away, and the body fails when the endpoint stalls
+/// between chunks.
+pub(crate) struct StreamingBody {
     inner: Incoming,
     idle: IdleTimer,
-    _in_flight: InFlight,
+    in_flight: Option<InFlight>,
     /// The upstream connection, returned to its pool once the body has ended.
     checkin: Option<Checkin>,
     ended: bool,
-    /// Body bytes passed on so far.
-    sent: u64,
-    /// The request's metrics and access-log line, recorded when the body ends or drops.
-    completion: Option<Completion>,
 }
 
-impl TrackedBody {
+impl StreamingBody {
     pub(crate) fn new(
         inner: Incoming,
         in_flight: InFlight,
@@ -358,9 +354,137 @@ impl TrackedBody {
         Self {
             inner,
             idle: IdleTimer::new(idle),
-            _in_flight: in_flight,
+            in_flight: Some(in_flight),
             checkin: Some(checkin),
             ended: false,
+        }
+    }
+
+    /// The endpoint's load, for a connection that became a tunnel: it never goes back to
+    /// the pool.
+    pub(crate) fn into_tunnel(mut self) -> Option<InFlight> {
+        self.checkin = None;
+        self.in_flight.take()
+    }
+
+    /// Reads the rest of the body within the idle timeout, holding it under `reservation`.
+    /// The connection goes back to its pool at once; a body cut off takes it along.
+    pub(crate) async fn read_whole(
+        mut self,
+        length: u64,
+        reservation: HeldBytes,
+    ) -> Result<HeldBody, ResponseBodyError> {
+        let mut data = BytesMut::new();
+        let mut trailers = None;
+        while let Some(frame) = std::future::poll_fn(|cx| self.poll_watched(cx)).await {
+            match frame?.into_data() {
+                Ok(chunk) if data.is_empty() && chunk.len() as u64 == length => {
+                    data = BytesMut::from(chunk);
+                }
+                Ok(chunk) => data.extend_from_slice(&chunk),
+                Err(frame) => trailers = frame.into_trailers().ok(),
+            }
+            if data.len() as u64 > length {
+                return Err(ResponseBodyError::LongerThanDeclared);
+            }
+        }
+        self.completed();
+        Ok(HeldBody {
+            data: Some(data.freeze()),
+            trailers,
+            _reservation: reservation,
+        })
+    }
+
+    fn poll_watched(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ResponseBodyError>>> {
+        poll_watched(&mut self.inner, &mut self.idle, cx).map_err(|error| match error {
+            Watched::Stalled => ResponseBodyError::Stalled,
+            Watched::Failed(error) => ResponseBodyError::Read(error),
+        })
+    }
+
+    /// The body arrived whole: the endpoint's run of cut-off responses, if any, is over.
+    fn completed(&mut self) {
+        self.ended = true;
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.stats().record_response_complete();
+        }
+    }
+
+    /// The endpoint cut a streamed body off or stalled: it counts against the endpoint's health
+    /// (the attempt that reached it already counted as answered).
+    fn cut_off(&self) {
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.stats().record_streamed_cut();
+        }
+    }
+}
+
+/// A body read to its end gives its connection back; one dropped half-way takes its
+/// connection with it (hyper closes a connection whose response was not read).
+impl Drop for StreamingBody {
+    fn drop(&mut self) {
+        if self.ended || self.inner.is_end_stream() {
+            if let Some(checkin) = self.checkin.take() {
+                checkin.response_ended();
+            }
+        }
+    }
+}
+
+/// A response body read whole from its endpoint before the client saw any of it.
+pub(crate) struct HeldBody {
+    data: Option<Bytes>,
+    trailers: Option<http::HeaderMap>,
+    /// Its share of the proxy-wide cap, given back when the body is gone.
+    _reservation: HeldBytes,
+}
+
+impl HeldBody {
+    fn poll_frame(&mut self) -> Option<Frame<Bytes>> {
+        if let Some(data) = self.data.take().filter(|data| !data.is_empty()) {
+            return Some(Frame::data(data));
+        }
+        self.trailers.take().map(Frame::trailers)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.as_ref().is_none_or(Bytes::is_empty) && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |data| data.len() as u64))
+    }
+}
+
+/// Why a response body stream from an endpoint ended in an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseBodyError {
+    #[error("the endpoint paused the response body for longer than the idle timeout")]
+    Stalled,
+    #[error("reading the response body failed")]
+    Read(#[source] hyper::Error),
+    #[error("the endpoint sent more body than its Content-Length declared")]
+    LongerThanDeclared,
+}
+
+/// A response body on its way to the client: the endpoint's, streaming or held, with the
+/// request's log phase recorded when it ends.
+pub struct TrackedBody {
+    body: EndpointBody,
+    /// Body bytes passed on so far.
+    sent: u64,
+    /// The request's metrics and access-log line, recorded when the body ends or drops.
+    completion: Option<Completion>,
+}
+
+impl TrackedBody {
+    pub(crate) fn new(body: EndpointBody) -> Self {
+        Self {
+            body,
             sent: 0,
             completion: None,
         }
@@ -372,15 +496,8 @@ impl TrackedBody {
     }
 }
 
-/// A body read to its end gives its connection back; one dropped half-way takes its
-/// connection with it (hyper closes a connection whose response was not read).
 impl Drop for TrackedBody {
     fn drop(&mut self) {
-        if self.ended || self.inner.is_end_stream() {
-            if let Some(checkin) = self.checkin.take() {
-                checkin.response_ended();
-            }
-        }
         if let Some(completion) = self.completion.take() {
             completion.finish(self.sent);
         }
@@ -396,28 +513,38 @@ impl Body for TrackedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
-        let polled = poll_watched(&mut this.inner, &mut this.idle, cx);
-        match &polled {
-            Poll::Ready(None) => this.ended = true,
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.sent += data.len() as u64;
+        let polled = match &mut this.body {
+            EndpointBody::Streaming(body) => {
+                let polled = body.poll_watched(cx);
+                match &polled {
+                    Poll::Ready(Some(Err(_))) => body.cut_off(),
+                    Poll::Ready(None) => body.completed(),
+                    _ => {}
                 }
+                polled
             }
-            _ => {}
+            EndpointBody::Held(body) => Poll::Ready(body.poll_frame().map(Ok)),
+        };
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                this.sent += data.len() as u64;
+            }
         }
-        polled.map_err(|error| match error {
-            Watched::Stalled => ResponseBodyError::Stalled,
-            Watched::Failed(error) => ResponseBodyError::Read(error),
-        })
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.body {
+            EndpointBody::Streaming(body) => body.inner.is_end_stream(),
+            EndpointBody::Held(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.body {
+            EndpointBody::Streaming(body) => body.inner.size_hint(),
+            EndpointBody::Held(body) => body.size_hint(),
+        }
     }
 }
 

@@ -50,14 +50,19 @@ impl RetryBudget {
     /// Takes one retry from the budget if any is left.
     pub(crate) fn try_retry(&self, now: Instant) -> bool {
         let bucket = self.current(now);
-        let (requests, retries) = self.totals(now);
-        let floor = MIN_RETRIES_PER_SECOND * WINDOW.as_secs();
-        let allowed = floor.max((requests as f64 * RETRY_RATIO) as u64);
-        if retries >= allowed {
+        if !self.has_retry(now) {
             return false;
         }
         bucket.retries.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// Whether a retry is left, without taking it.
+    pub(crate) fn has_retry(&self, now: Instant) -> bool {
+        let (requests, retries) = self.totals(now);
+        let floor = MIN_RETRIES_PER_SECOND * WINDOW.as_secs();
+        let allowed = floor.max((requests as f64 * RETRY_RATIO) as u64);
+        retries < allowed
     }
 
     /// The bucket of `now`'s second, cleared first if it still held an older second. A `now`

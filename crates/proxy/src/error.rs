@@ -16,6 +16,8 @@ pub enum ProxyError {
     UpstreamFailed(#[source] hyper::Error),
     #[error("upstream connect timed out")]
     ConnectTimeout,
+    #[error("the upstream cut its response off")]
+    ResponseCut(#[source] crate::body::ResponseBodyError),
     #[error("upstream response timed out")]
     ResponseTimeout,
     #[error("the upstream stopped reading the request body")]
@@ -64,7 +66,9 @@ impl ProxyError {
         match self {
             Self::NoRoute => StatusCode::NOT_FOUND,
             Self::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
-            Self::ConnectFailed(_) | Self::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
+            Self::ConnectFailed(_) | Self::UpstreamFailed(_) | Self::ResponseCut(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             Self::ConnectTimeout | Self::ResponseTimeout | Self::UploadStalled => {
                 StatusCode::GATEWAY_TIMEOUT
             }
@@ -91,6 +95,7 @@ impl ProxyError {
             Self::NoEndpoints => "503 no endpoints available\n",
             Self::ConnectFailed(_) => "502 upstream connect failed\n",
             Self::UpstreamFailed(_) => "502 upstream connection failed\n",
+            Self::ResponseCut(_) => "502 upstream response cut off\n",
             Self::ConnectTimeout => "504 upstream connect timed out\n",
             Self::ResponseTimeout => "504 upstream response timed out\n",
             Self::UploadStalled => "504 upstream stopped reading the request body\n",

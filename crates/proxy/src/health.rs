@@ -25,6 +25,8 @@ pub(crate) struct EndpointStats {
     /// Attempts sent to the endpoint, and those that failed or answered 5xx.
     attempts: AtomicU64,
     failures: AtomicU64,
+    /// Mirrors `health.cut_responses > 0`, so that a complete response takes no lock.
+    cutting: AtomicBool,
 }
 
 /// The peak-EWMA latency, lock-free. Two samples folded in at once may lose one of them,
@@ -42,7 +44,10 @@ static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 #[derive(Debug, Default)]
 struct Health {
+    /// Failed connects since the last connect that succeeded.
     consecutive_failures: u32,
+    /// Responses cut off mid-body since the last that arrived whole.
+    cut_responses: u32,
     /// Ejections since the endpoint last succeeded; sets the next ejection's length.
     ejections: u32,
     ejected_until: Option<Instant>,
@@ -175,6 +180,42 @@ impl EndpointStats {
         health.eject(now);
         true
     }
+
+    /// A response was cut off before its declared end (reset, early close, stall): the
+    /// request had reached the endpoint, which failed it. Three in a row eject the endpoint,
+    /// as three failed connects do; `may_eject` as for those. Returns `true` when this ejects.
+    pub(crate) fn record_response_cut(&self, now: Instant, may_eject: bool) -> bool {
+        let Some(mut health) = self.health() else {
+            return false;
+        };
+        health.cut_responses += 1;
+        self.cutting.store(true, Ordering::Relaxed);
+        let due = health.cut_responses >= EJECT_AFTER_FAILURES;
+        if !due || !may_eject || health.ejected_until.is_some() {
+            return false;
+        }
+        health.eject(now);
+        true
+    }
+
+    /// A response that was already streaming to the client was cut off. It counts as a
+    /// failed attempt and towards the run of cut responses; the ejection itself waits for the
+    /// next failure an attempt sees, which knows how many of the backend's endpoints are out.
+    pub(crate) fn record_streamed_cut(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.record_response_cut(Instant::now(), false);
+    }
+
+    /// A response arrived whole: a run of cut responses is over.
+    pub(crate) fn record_response_complete(&self) {
+        if !self.cutting.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(mut health) = self.health() {
+            health.cut_responses = 0;
+            self.cutting.store(false, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The locked health record of an endpoint. Whatever the holder changed, the endpoint's
@@ -266,6 +307,13 @@ impl Drop for TrialGuard {
 /// Marks a request in flight to an endpoint until dropped.
 #[derive(Debug)]
 pub(crate) struct InFlight(Arc<EndpointStats>);
+
+impl InFlight {
+    /// The endpoint's record.
+    pub(crate) fn stats(&self) -> &EndpointStats {
+        &self.0
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {

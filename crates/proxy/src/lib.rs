@@ -30,6 +30,7 @@ mod passwords;
 mod phases;
 mod pipeline;
 mod pool;
+mod retry_buffer;
 mod runtime;
 mod server;
 mod sticky;
@@ -48,6 +49,7 @@ pub use options::{
     DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
 };
 pub use pipeline::{Proxy, ProxyBody};
+pub use retry_buffer::{DEFAULT_RESPONSE_RETRY_BUFFER, DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL};
 pub use runtime::{EndpointReport, Runtime};
 pub use server::{
     serve, serve_tls, ClientCertificate, ClientInfo, ListenerOptions, Phase, ShutdownSignal,

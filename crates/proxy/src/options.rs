@@ -1,8 +1,9 @@
-//! The proxy's settings: upstream timeouts and keep-alive, the client body limit, whom to trust about forwarding, and the session-cookie secret.
+//! The proxy's settings: upstream timeouts and keep-alive, the client body limit, the response retry buffer, whom to trust about forwarding, and the session-cookie secret.
 
 use std::time::Duration;
 
 use crate::forwarded::TrustedProxies;
+use crate::retry_buffer::{DEFAULT_RESPONSE_RETRY_BUFFER, DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL};
 
 /// How long to wait for a TCP connection to an endpoint.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -34,6 +35,11 @@ pub struct ProxyOptions {
     pub https_redirect_port: Option<u16>,
     /// How long an upgraded (WebSocket) connection may carry no byte either way.
     pub websocket_idle_timeout: Duration,
+    /// The largest response held whole so that a cut-off body can be retried (0: none); a
+    /// route's `sluice.dev/response-retry-buffer` overrides it.
+    pub response_retry_buffer: u64,
+    /// The most response bytes held at once, across all requests.
+    pub response_retry_buffer_total: u64,
 }
 
 /// `--websocket-idle-timeout`.
@@ -51,6 +57,8 @@ impl Default for ProxyOptions {
             session_secret: None,
             https_redirect_port: None,
             websocket_idle_timeout: DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
+            response_retry_buffer: DEFAULT_RESPONSE_RETRY_BUFFER,
+            response_retry_buffer_total: DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL,
         }
     }
 }

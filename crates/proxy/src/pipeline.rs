@@ -14,7 +14,7 @@ use sluice_routing::{RoutePolicy, RoutingTable, Target, UpstreamProtocol};
 
 use crate::access_log::{AccessLog, AccessRecord};
 use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
-use crate::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
+use crate::body::{BodyLimits, EndpointBody, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::error::ProxyError;
 use crate::error_pages::{self, ErrorPageRequest};
 use crate::forwarded::{Forwarding, X_REQUEST_ID};
@@ -28,6 +28,7 @@ use crate::mirror::MirrorCopy;
 use crate::options::ProxyOptions;
 use crate::outbound::OutboundClient;
 use crate::phases::{Filters, ProxyScope, RequestContext};
+use crate::retry_buffer::RetryBuffer;
 use crate::runtime::Runtime;
 use crate::server::{ClientCertificate, ClientInfo, ShutdownSignal, TlsInfo};
 use crate::sticky::SessionKey;
@@ -53,6 +54,7 @@ pub struct Proxy {
     tunnels: Arc<OpenTunnels>,
     access_log: Option<Arc<AccessLog>>,
     outbound: OutboundClient,
+    retry_buffer: RetryBuffer,
 }
 
 impl Proxy {
@@ -80,6 +82,10 @@ impl Proxy {
             tunnels: Arc::default(),
             access_log: None,
             outbound: OutboundClient::default(),
+            retry_buffer: RetryBuffer::new(
+                options.response_retry_buffer,
+                options.response_retry_buffer_total,
+            ),
         }
     }
 
@@ -298,6 +304,7 @@ impl Proxy {
             response_header_timeout: self.options.response_header_timeout,
             body_idle_timeout: self.options.body_idle_timeout,
             upstream_idle_timeout: self.options.upstream_idle_timeout,
+            retry_buffer: &self.retry_buffer,
         };
         let exchange = Exchange::new(
             settings,
@@ -386,9 +393,7 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let Answer {
             mut response,
-            in_flight,
             endpoint,
-            checkin,
         } = answer;
         context.upstream_status = Some(response.status());
         let switched = match client_upgrade {
@@ -406,17 +411,16 @@ impl Proxy {
             if let Some(protocol) = protocol {
                 restore_upgrade_headers(&mut head.headers, protocol);
             }
-            // The connection is the tunnel's now: it never goes back to the pool.
-            drop(checkin);
-            self.open_tunnel(client, upstream, in_flight);
+            // The connection is the tunnel's now: it never goes back to the pool. (A switch of
+            // protocols is never held, so its body is always the streaming one.)
+            if let EndpointBody::Streaming(body) = body {
+                if let Some(in_flight) = body.into_tunnel() {
+                    self.open_tunnel(client, upstream, in_flight);
+                }
+            }
             return Response::from_parts(head, Either::Right(Full::new(Bytes::new())));
         }
-        let idle = context
-            .target
-            .and_then(|target| target.policy.timeouts.read)
-            .unwrap_or(self.options.body_idle_timeout);
-        let body = TrackedBody::new(body, in_flight, idle, checkin);
-        Response::from_parts(head, Either::Left(body))
+        Response::from_parts(head, Either::Left(TrackedBody::new(body)))
     }
 }
 

@@ -153,6 +153,7 @@ pub(crate) enum RetryReason {
     UpstreamError,
     Timeout,
     Status,
+    ResponseCut,
 }
 
 impl RetryReason {
@@ -163,6 +164,7 @@ impl RetryReason {
             Self::UpstreamError => "upstream_error",
             Self::Timeout => "timeout",
             Self::Status => "status",
+            Self::ResponseCut => "response_cut",
         }
     }
 }
@@ -185,6 +187,7 @@ pub struct ProxyMetrics {
     pub(crate) ejections: Counter,
     pub(crate) fallbacks: Counter,
     pub(crate) stale_connection_resends: Counter,
+    pub(crate) retry_buffer_full: Counter,
     /// The handles of requests that matched no route, resolved on the first such request.
     unrouted: OnceLock<Arc<RouteMetrics>>,
     /// Every request answered, and those answered 5xx (not exported: the family's sums, for
@@ -210,6 +213,7 @@ impl Default for ProxyMetrics {
             ejections: Counter::default(),
             fallbacks: Counter::default(),
             stale_connection_resends: Counter::default(),
+            retry_buffer_full: Counter::default(),
             unrouted: OnceLock::new(),
             answered: Counter::default(),
             server_errors: Counter::default(),
@@ -279,6 +283,11 @@ impl ProxyMetrics {
             "upstream_stale_connection_resends",
             "Requests sent again on a new connection because the endpoint closed a pooled keep-alive connection as the request went out",
             self.stale_connection_resends.clone(),
+        );
+        registry.register(
+            "response_retry_buffer_full",
+            "Responses that could have been held for a retry but streamed because the held bytes had reached --response-retry-buffer-total",
+            self.retry_buffer_full.clone(),
         );
     }
 

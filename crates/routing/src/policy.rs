@@ -450,6 +450,11 @@ pub struct RetryPolicy {
     pub timeout: Option<Duration>,
     /// Response-header timeout of each attempt; `None` uses the proxy-wide timeout.
     pub per_try_timeout: Option<Duration>,
+    /// The largest response held whole before the client sees it, so that an endpoint that
+    /// dies mid-body costs a retry (`sluice.dev/response-retry-buffer`; 0 holds none); `None`
+    /// uses the proxy-wide `--response-retry-buffer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_buffer: Option<u64>,
 }
 
 impl RetryPolicy {
@@ -464,6 +469,7 @@ impl Default for RetryPolicy {
             tries: Self::DEFAULT_TRIES,
             timeout: None,
             per_try_timeout: None,
+            response_buffer: None,
         }
     }
 }

@@ -38,7 +38,17 @@ pub enum Command {
     /// Run a complete example: three demo pods, a ClusterIP, manifests, and sluice on 127.0.0.1:8080.
     Demo(Box<DemoArgs>),
     /// Replay a Deployment's rolling update under load through sluice and count failed requests.
-    Drill(Box<sluice_drill::DrillOptions>),
+    Drill(Box<DrillArgs>),
+}
+
+/// `sluice drill`: the drill's options, and the proxy settings it runs sluice with.
+#[derive(Debug, Clone, Args)]
+pub struct DrillArgs {
+    #[command(flatten)]
+    pub drill: sluice_drill::DrillOptions,
+    /// sluice's --response-retry-buffer for the drill (0: off, to see what it saves).
+    #[arg(long, default_value = "64k", value_parser = parse_size_flag, value_name = "SIZE")]
+    pub response_retry_buffer: u64,
 }
 
 /// Which Ingresses to serve.
@@ -133,6 +143,15 @@ pub struct ProxyArgs {
     /// An upgraded (WebSocket) connection with no byte either way for this long is closed.
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub websocket_idle_timeout: Duration,
+    /// A response that declares a length up to this size is read whole from the pod before
+    /// the client gets a byte, when a retry could follow: a pod that dies mid-body then costs
+    /// a retry, not a truncated response. 0 turns it off; a route's
+    /// sluice.dev/response-retry-buffer overrides it.
+    #[arg(long, default_value = "64k", value_parser = parse_size_flag, value_name = "SIZE")]
+    pub response_retry_buffer: u64,
+    /// The most response bytes held at once, across all requests; past it responses stream.
+    #[arg(long, default_value = "64m", value_parser = parse_size_flag, value_name = "SIZE")]
+    pub response_retry_buffer_total: u64,
 }
 
 /// `--listen-tls`: an address, or `None` for `off`.
@@ -170,6 +189,8 @@ impl ProxyArgs {
             session_secret: self.session_secret.as_ref().map(|s| s.as_bytes().to_vec()),
             https_redirect_port: None,
             websocket_idle_timeout: self.websocket_idle_timeout,
+            response_retry_buffer: self.response_retry_buffer,
+            response_retry_buffer_total: self.response_retry_buffer_total,
         }
     }
 
@@ -508,6 +529,14 @@ mod tests {
         );
         assert_eq!(proxy.max_body_size, None);
         assert!(proxy.trusted_proxies.is_empty());
+        assert_eq!(
+            proxy.response_retry_buffer,
+            sluice_proxy::DEFAULT_RESPONSE_RETRY_BUFFER
+        );
+        assert_eq!(
+            proxy.response_retry_buffer_total,
+            sluice_proxy::DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL
+        );
     }
 
     #[test]
@@ -519,6 +548,10 @@ mod tests {
             "dir",
             "--max-body-size",
             "8m",
+            "--response-retry-buffer",
+            "0",
+            "--response-retry-buffer-total",
+            "1m",
             "--trusted-proxies",
             "10.0.0.0/8,192.0.2.1",
         ]);
@@ -527,10 +560,13 @@ mod tests {
         };
         let proxy = args.into_config().proxy;
         assert_eq!(proxy.max_body_size, Some(8 << 20));
+        assert_eq!(proxy.response_retry_buffer, 0);
+        assert_eq!(proxy.response_retry_buffer_total, 1 << 20);
         assert!(proxy.trusted_proxies.contains("10.1.2.3".parse().unwrap()));
         assert!(!proxy.trusted_proxies.contains("11.0.0.1".parse().unwrap()));
         for bad in [
             ["--max-body-size", "8 MB"],
+            ["--response-retry-buffer", "-1"],
             ["--trusted-proxies", "10.0.0.0/40"],
         ] {
             let mut argv = vec!["sluice", "serve", "--manifests", "dir"];

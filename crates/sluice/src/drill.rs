@@ -12,20 +12,30 @@ use std::time::Duration;
 use anyhow::Context;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use sluice_config::{parse_manifest, ready_endpoints, CompileOptions, Document, Format, Snapshot};
-use sluice_drill::{DrillOptions, Environment, Mode, PodEndpoint, ProxyUnderTest, Report};
+use sluice_drill::{Environment, Mode, PodEndpoint, ProxyUnderTest, Report};
 use sluice_proxy::{serve, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal, ShutdownTrigger};
 use sluice_routing::{BackendId, BackendMode};
 use tokio::net::TcpListener;
 
+use crate::cli::DrillArgs;
 use crate::control::ControlPlane;
 
 /// Runs the drill and prints its report; `Ok(false)` when `--max-failed` was exceeded.
-pub async fn run(options: DrillOptions) -> anyhow::Result<bool> {
+pub async fn run(args: DrillArgs) -> anyhow::Result<bool> {
+    let DrillArgs {
+        drill: options,
+        response_retry_buffer,
+    } = args;
+    let proxy_options = ProxyOptions {
+        response_retry_buffer,
+        ..ProxyOptions::default()
+    };
     let retries = Arc::new(std::sync::OnceLock::new());
     let report = sluice_drill::run(&options, |environment| {
         let retries = retries.clone();
+        let proxy_options = proxy_options.clone();
         async move {
-            let proxy = DrillProxy::start(environment).await?;
+            let proxy = DrillProxy::start(environment, &proxy_options).await?;
             let _ = retries.set(proxy.control.clone());
             Ok(proxy)
         }
@@ -57,7 +67,7 @@ struct DrillProxy {
 }
 
 impl DrillProxy {
-    async fn start(environment: Environment) -> anyhow::Result<Self> {
+    async fn start(environment: Environment, options: &ProxyOptions) -> anyhow::Result<Self> {
         let control = ControlPlane::new(CompileOptions::default());
         let snapshot = snapshot(&environment)?;
         control.publish_snapshot(&snapshot, Vec::new());
@@ -72,10 +82,7 @@ impl DrillProxy {
             .await
             .context("cannot listen for the drill's proxy")?;
         let address = listener.local_addr()?;
-        let proxy = Arc::new(Proxy::new(
-            control.table().clone(),
-            &ProxyOptions::default(),
-        ));
+        let proxy = Arc::new(Proxy::new(control.table().clone(), options));
         let handler = move |request, client| {
             let proxy = proxy.clone();
             async move { proxy.handle(request, client).await }

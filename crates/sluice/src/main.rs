@@ -28,7 +28,7 @@ fn main() -> std::process::ExitCode {
     raise_file_limit();
     if let Command::Drill(options) = &cli.command {
         // A drill with a kernel-DNAT ClusterIP runs in a network namespace of its own.
-        match sluice_drill::reexec_in_netns_if_needed(options) {
+        match sluice_drill::reexec_in_netns_if_needed(&options.drill) {
             Ok(Some(status)) => return exit_code(status.code()),
             Ok(None) => {}
             Err(error) => {

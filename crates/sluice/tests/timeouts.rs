@@ -91,6 +91,8 @@ async fn stalling_backend(ip: u8, stall: Stall) -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_stalls_mid_response_is_cut_off_after_the_body_idle_timeout() {
+    // The only pod: no other endpoint could take a retry, so the response is not held
+    // (crates/sluice/tests/retry_buffer.rs covers the held case) and streams as it comes.
     let pod = stalling_backend(92, Stall::MidResponse).await;
     let (_dir, sluice) = sluice_in_front_of(pod, &["--body-idle-timeout", "1s"]).await;
     let reply = exchange(

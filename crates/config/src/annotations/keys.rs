@@ -29,6 +29,8 @@ pub(crate) enum Setting {
     ProxyNextUpstream,
     ProxyNextUpstreamTries,
     ProxyNextUpstreamTimeout,
+    /// sluice's own; read under `sluice.dev/` only.
+    ResponseRetryBuffer,
     ProxyBodySize,
     /// sluice's own; read under `sluice.dev/` only.
     PerTryTimeout,
@@ -116,7 +118,7 @@ pub(crate) enum Setting {
 }
 
 impl Setting {
-    const ALL: [Setting; 93] = [
+    const ALL: [Setting; 94] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -132,6 +134,7 @@ impl Setting {
         Self::ProxyNextUpstream,
         Self::ProxyNextUpstreamTries,
         Self::ProxyNextUpstreamTimeout,
+        Self::ResponseRetryBuffer,
         Self::ProxyBodySize,
         Self::PerTryTimeout,
         Self::SslRedirect,
@@ -242,6 +245,7 @@ impl Setting {
             Self::ProxyNextUpstream => "proxy-next-upstream",
             Self::ProxyNextUpstreamTries => "proxy-next-upstream-tries",
             Self::ProxyNextUpstreamTimeout => "proxy-next-upstream-timeout",
+            Self::ResponseRetryBuffer => "response-retry-buffer",
             Self::ProxyBodySize => "proxy-body-size",
             Self::PerTryTimeout => "per-try-timeout",
             Self::SslRedirect => "ssl-redirect",
@@ -332,6 +336,7 @@ impl Setting {
         matches!(
             self,
             Self::PerTryTimeout
+                | Self::ResponseRetryBuffer
                 | Self::Hsts
                 | Self::RequestHeaders
                 | Self::ResponseHeaders

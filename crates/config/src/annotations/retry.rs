@@ -1,9 +1,9 @@
-//! `proxy-next-upstream` and its tries and timeouts, plus `sluice.dev/per-try-timeout`: when a failed attempt goes to another endpoint.
+//! `proxy-next-upstream` and its tries and timeouts, plus `sluice.dev/per-try-timeout` and `sluice.dev/response-retry-buffer`: when a failed attempt goes to another endpoint.
 
 use sluice_routing::{RetryOn, RetryPolicy};
 
 use super::keys::{PolicyKeys, Setting};
-use super::values::{parse_duration, Found, Report};
+use super::values::{parse_duration, parse_size, Found, Report};
 
 /// What `proxy-next-upstream-tries: 0` (unlimited in ingress-nginx) becomes: attempts in all.
 pub const UNLIMITED_TRIES: u32 = 10;
@@ -31,11 +31,18 @@ pub(crate) fn retry_policy(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Re
         "the proxy's --response-header-timeout applies",
         |value| parse_duration(value).filter(|d| !d.is_zero()),
     );
+    let response_buffer = report.parse(
+        keys.get(Setting::ResponseRetryBuffer),
+        "a size such as 64k, 1m or 0 (hold no response)",
+        "the proxy's --response-retry-buffer applies",
+        parse_size,
+    );
     RetryPolicy {
         on,
         tries: tries.unwrap_or(RetryPolicy::DEFAULT_TRIES),
         timeout: timeout.flatten(),
         per_try_timeout,
+        response_buffer,
     }
 }
 

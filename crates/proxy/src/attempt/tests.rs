@@ -27,6 +27,7 @@ fn closed(last: u8) -> SocketAddr {
 /// A backend of these endpoints, the runtime state, and a route policy.
 struct Setup {
     runtime: Runtime,
+    retry_buffer: RetryBuffer,
     backend: Backend,
     policy: RoutePolicy,
 }
@@ -35,6 +36,7 @@ impl Setup {
     fn new(endpoints: &[Endpoint]) -> Self {
         Self {
             runtime: Runtime::default(),
+            retry_buffer: RetryBuffer::default(),
             backend: Backend::new(
                 BackendId::new("default", "app", "80"),
                 BackendMode::Endpoints,
@@ -51,6 +53,7 @@ impl Setup {
             response_header_timeout: Duration::from_secs(5),
             body_idle_timeout: Duration::from_secs(5),
             upstream_idle_timeout: Duration::from_secs(60),
+            retry_buffer: &self.retry_buffer,
         }
     }
 
@@ -86,12 +89,7 @@ impl Setup {
             .map_err(|error| error.to_string())?;
         let status = answer.response.status().as_u16();
         // Read the body to its end, as the response path does: that returns the connection.
-        let body = TrackedBody::new(
-            answer.response.into_body(),
-            answer.in_flight,
-            Duration::from_secs(5),
-            answer.checkin,
-        );
+        let body = TrackedBody::new(answer.response.into_body());
         http_body_util::BodyExt::collect(body)
             .await
             .map_err(|error| error.to_string())?;
