@@ -445,4 +445,32 @@ mod tests {
         drop(second);
         assert_eq!(stats.in_flight(), 0);
     }
+
+    #[test]
+    fn three_cut_responses_in_a_row_eject_and_a_whole_one_ends_the_run() {
+        let stats = Arc::new(EndpointStats::default());
+        let now = Instant::now();
+        assert!(!stats.record_response_cut(now, true));
+        assert!(!stats.record_response_cut(now, true));
+        stats.record_response_complete();
+        assert!(!stats.record_response_cut(now, true));
+        assert!(!stats.record_response_cut(now, true));
+        stats.record_connect_success();
+        assert!(
+            stats.record_response_cut(now, true),
+            "a new connection does not end a run of cut responses"
+        );
+        assert!(matches!(stats.admit(now), Admission::Ejected));
+    }
+
+    #[test]
+    fn a_streamed_cut_counts_but_leaves_the_ejection_to_an_attempt() {
+        let stats = Arc::new(EndpointStats::default());
+        for _ in 0..3 {
+            stats.record_streamed_cut();
+        }
+        assert_eq!(stats.outcomes(), (0, 3));
+        assert!(matches!(stats.admit(Instant::now()), Admission::Open));
+        assert!(stats.record_response_cut(Instant::now(), true));
+    }
 }

@@ -1,7 +1,10 @@
-//! A request or response body of any length, generated chunk by chunk so nothing large is held in memory.
+//! Bodies for tests: any length generated chunk by chunk so nothing large is held in memory, or one that pauses half-way.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use std::future::Future;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -47,5 +50,72 @@ impl Body for PatternBody {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.remaining)
+    }
+}
+
+/// The pattern's first `len` bytes, as a [`PatternBody`] of that length sends them.
+pub fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i % PATTERN_CHUNK) % 251) as u8)
+        .collect()
+}
+
+/// `len` bytes of the pattern in two halves with a pause between them: the first half at
+/// once, the second after `pause`. Its length is declared unless `chunked`.
+pub struct PausingBody {
+    first: Option<Bytes>,
+    second: Option<Bytes>,
+    pause: Pin<Box<tokio::time::Sleep>>,
+    chunked: bool,
+}
+
+impl PausingBody {
+    pub fn new(len: usize, pause: Duration, chunked: bool) -> Self {
+        let mut whole = Bytes::from(pattern(len));
+        let second = whole.split_off(len / 2);
+        Self {
+            first: Some(whole),
+            second: Some(second),
+            pause: Box::pin(tokio::time::sleep(pause)),
+            chunked,
+        }
+    }
+
+    fn remaining(&self) -> u64 {
+        let first = self.first.as_ref().map_or(0, Bytes::len);
+        let second = self.second.as_ref().map_or(0, Bytes::len);
+        (first + second) as u64
+    }
+}
+
+impl Body for PausingBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
+        if self.second.is_none() {
+            return Poll::Ready(None);
+        }
+        if self.pause.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        Poll::Ready(self.second.take().map(|second| Ok(Frame::data(second))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.second.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.chunked {
+            true => SizeHint::default(),
+            false => SizeHint::with_exact(self.remaining()),
+        }
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! By default a backend answers `200` with its name and a newline. Special paths drive tests:
 //! - `/__testkit/bytes/N` streams N bytes back;
+//! - `/__testkit/halves/N?pause=MS` sends the first half of N bytes at once and the rest after
+//!   MS milliseconds, with `Content-Length` (none with `&chunked`) and the content type `type`;
 //! - `/__testkit/upload` reads the whole request body and answers with its length;
 //! - `/__testkit/sleep/MS` waits MS milliseconds before answering;
 //! - `/__testkit/reset` closes the connection without answering;
@@ -27,10 +29,10 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::body::PatternBody;
+use crate::body::{PatternBody, PausingBody};
 use crate::listener::serve_connections;
 
-type EchoBody = Either<Full<Bytes>, PatternBody>;
+type EchoBody = Either<Full<Bytes>, Either<PatternBody, PausingBody>>;
 
 /// Why an echo request failed on purpose (the `/__testkit/reset` path) or by accident.
 #[derive(Debug)]
@@ -135,7 +137,12 @@ async fn answer(
     let path = request.uri().path().to_owned();
     if let Some(len) = path.strip_prefix("/__testkit/bytes/") {
         let len = len.parse().map_err(|_| EchoError("bad length"))?;
-        return Ok(Response::new(Either::Right(PatternBody::new(len))));
+        return Ok(Response::new(Either::Right(Either::Left(
+            PatternBody::new(len),
+        ))));
+    }
+    if let Some(len) = path.strip_prefix("/__testkit/halves/") {
+        return halves(len, request.uri().query().unwrap_or_default());
     }
     if path == "/__testkit/upload" {
         let received = count_body(request.into_body()).await?;
@@ -166,6 +173,33 @@ async fn answer(
         return Ok(response);
     }
     Ok(text(StatusCode::OK, format!("{name}\n")))
+}
+
+/// `/__testkit/halves/N?pause=MS[&chunked][&type=T]`.
+fn halves(len: &str, query: &str) -> Result<Response<EchoBody>, EchoError> {
+    let len = len.parse().map_err(|_| EchoError("bad length"))?;
+    let mut pause = Duration::ZERO;
+    let mut chunked = false;
+    let mut content_type = None;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("pause", ms)) => {
+                pause = Duration::from_millis(ms.parse().map_err(|_| EchoError("bad pause"))?);
+            }
+            Some(("type", value)) => content_type = Some(value.replace("%2F", "/")),
+            None if pair == "chunked" => chunked = true,
+            _ => {}
+        }
+    }
+    let mut response = Response::new(Either::Right(Either::Right(PausingBody::new(
+        len, pause, chunked,
+    ))));
+    if let Some(value) = content_type.and_then(|value| http::HeaderValue::try_from(value).ok()) {
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_TYPE, value);
+    }
+    Ok(response)
 }
 
 async fn count_body(mut body: Incoming) -> Result<u64, EchoError> {

@@ -10,7 +10,7 @@ mod raw;
 mod tls;
 
 pub use auth::{start_auth_service, SESSION_COOKIE};
-pub use body::{PatternBody, PATTERN_CHUNK};
+pub use body::{pattern, PatternBody, PausingBody, PATTERN_CHUNK};
 pub use client::{get, h2_send, h2c_client, http_client, send, Reply};
 pub use echo::{EchoBackend, EchoError};
 pub use load::{LoadReport, LoadRun};
