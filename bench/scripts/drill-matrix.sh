@@ -3,6 +3,8 @@
 # per run (the figures in docs/zero-downtime.md). Usage:
 #   cargo build --release -p sluice && bench/scripts/drill-matrix.sh [extra drill flags]
 # Defaults: 5 pods, 1000 req/s, 2 s endpoint lag, 1 s readiness delay, 3 rollouts.
+# METHODS and TERMINATIONS choose a part of the matrix, e.g. TERMINATIONS=crash; extra flags
+# such as --response-retry-buffer 0 go to every run.
 # Run as root with nft and ip installed for the kernel-DNAT ClusterIP; otherwise the drill uses
 # its userspace L4 balancer and says so in the cluster_ip column.
 set -euo pipefail
@@ -12,9 +14,9 @@ sluice=target/release/sluice
 
 echo "| method | mode | termination | requests | failed | failures | retries | p50 ms | p99 ms | ClusterIP |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
-for method in GET POST; do
+for method in ${METHODS:-GET POST}; do
   for mode in endpoints service-upstream fallback; do
-    for termination in graceful abrupt crash; do
+    for termination in ${TERMINATIONS:-graceful abrupt crash}; do
       line=$(RUST_LOG=error "$sluice" drill --pods 5 --rps 1000 --endpoint-lag 2s --ready-delay 1s \
         --rollouts 3 --method "$method" --mode "$mode" --termination "$termination" --json "$@" | tail -n 1)
       python3 - "$method" "$line" <<'PY'

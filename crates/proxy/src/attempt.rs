@@ -3,7 +3,10 @@
 //! The retry rules, in order: a connect that failed (nothing was sent) may be retried for any
 //! method; after the request was sent, only idempotent methods (or requests carrying
 //! `Idempotency-Key`) with a replayable body; after response bytes went to the client, never
-//! (an attempt ends when response headers arrive, so this holds by construction). A request
+//! (an attempt ends when response headers arrive, so this holds by construction). A small
+//! response that a retry could replace is held until its last byte has arrived
+//! ([`crate::retry_buffer`]): its attempt ends only then, so a body cut off is a failure after
+//! sending like any other. A request
 //! that broke on the client's side (its body too large, stalled or unreadable) is never
 //! retried.
 //!
@@ -256,8 +259,7 @@ impl<'a> Exchange<'a> {
             Ok(_) => trial.alive(),
             Err(Failure::Client(_)) => drop(trial),
             Err(_) => {
-                let may_eject = self.ejected_besides(runtime) < self.set.eligible().len() / 2;
-                if trial.failed(Instant::now(), may_eject) {
+                if trial.failed(Instant::now(), self.may_eject(runtime)) {
                     self.settings.runtime.metrics.ejections.inc();
                 }
             }
@@ -605,8 +607,10 @@ impl<'a> Exchange<'a> {
     /// Counts a response cut off mid-body, and ejects the endpoint after three in a row when
     /// its backend can spare it.
     fn record_response_cut(&self, runtime: &Arc<EndpointRuntime>) {
-        let may_eject = self.ejected_besides(runtime) < self.set.eligible().len() / 2;
-        if runtime.stats.record_response_cut(Instant::now(), may_eject) {
+        if runtime
+            .stats
+            .record_response_cut(Instant::now(), self.may_eject(runtime))
+        {
             self.settings.runtime.metrics.ejections.inc();
         }
     }
@@ -614,13 +618,18 @@ impl<'a> Exchange<'a> {
     /// Counts a failed connect and ejects the endpoint when it is due and its backend can
     /// spare it: at most half of the eligible endpoints are ejected at once.
     fn record_connect_failure(&self, runtime: &Arc<EndpointRuntime>) {
-        let may_eject = self.ejected_besides(runtime) < self.set.eligible().len() / 2;
         if runtime
             .stats
-            .record_connect_failure(Instant::now(), may_eject)
+            .record_connect_failure(Instant::now(), self.may_eject(runtime))
         {
             self.settings.runtime.metrics.ejections.inc();
         }
+    }
+
+    /// Whether the backend can spare `runtime`'s endpoint: at most half of the eligible
+    /// endpoints are out of rotation at once.
+    fn may_eject(&self, runtime: &Arc<EndpointRuntime>) -> bool {
+        self.ejected_besides(runtime) < self.set.eligible().len() / 2
     }
 
     /// How many eligible endpoints other than `endpoint` are out of rotation, counting those
