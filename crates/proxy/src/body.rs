@@ -1,5 +1,6 @@
 //! Bodies in both directions: a client's request body under its size limit and idle timeout (buffered for replay when small), and an endpoint's response body that counts the endpoint's load, times out when it stalls, and may be held whole.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::request::Parts;
 use http_body_util::{BodyExt, Full, Limited};
@@ -374,23 +375,25 @@ impl StreamingBody {
         length: u64,
         reservation: HeldBytes,
     ) -> Result<HeldBody, ResponseBodyError> {
-        let mut data = BytesMut::new();
+        let mut chunks = VecDeque::new();
+        let mut received = 0u64;
         let mut trailers = None;
         while let Some(frame) = std::future::poll_fn(|cx| self.poll_watched(cx)).await {
             match frame?.into_data() {
-                Ok(chunk) if data.is_empty() && chunk.len() as u64 == length => {
-                    data = BytesMut::from(chunk);
+                Ok(chunk) => {
+                    received += chunk.len() as u64;
+                    chunks.push_back(chunk);
                 }
-                Ok(chunk) => data.extend_from_slice(&chunk),
                 Err(frame) => trailers = frame.into_trailers().ok(),
             }
-            if data.len() as u64 > length {
+            if received > length {
                 return Err(ResponseBodyError::LongerThanDeclared);
             }
         }
         self.completed();
         Ok(HeldBody {
-            data: Some(data.freeze()),
+            chunks,
+            remaining: received,
             trailers,
             _reservation: reservation,
         })
@@ -435,9 +438,12 @@ impl Drop for StreamingBody {
     }
 }
 
-/// A response body read whole from its endpoint before the client saw any of it.
+/// A response body read whole from its endpoint before the client saw any of it, in the
+/// chunks it came in.
 pub(crate) struct HeldBody {
-    data: Option<Bytes>,
+    chunks: VecDeque<Bytes>,
+    /// Bytes not yet handed on.
+    remaining: u64,
     trailers: Option<http::HeaderMap>,
     /// Its share of the proxy-wide cap, given back when the body is gone.
     _reservation: HeldBytes,
@@ -445,18 +451,19 @@ pub(crate) struct HeldBody {
 
 impl HeldBody {
     fn poll_frame(&mut self) -> Option<Frame<Bytes>> {
-        if let Some(data) = self.data.take().filter(|data| !data.is_empty()) {
-            return Some(Frame::data(data));
+        if let Some(chunk) = self.chunks.pop_front() {
+            self.remaining -= chunk.len() as u64;
+            return Some(Frame::data(chunk));
         }
         self.trailers.take().map(Frame::trailers)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.data.as_ref().is_none_or(Bytes::is_empty) && self.trailers.is_none()
+        self.chunks.is_empty() && self.trailers.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.as_ref().map_or(0, |data| data.len() as u64))
+        SizeHint::with_exact(self.remaining)
     }
 }
 

@@ -117,7 +117,10 @@ fn no_get_is_lost_when_pods_crash_mid_response_in_endpoints_or_fallback_mode() {
         "0",
     ]);
     assert!(count(&report, "failed") > 0, "{report}");
-    assert_eq!(report["failures"]["truncated"], report["failed"], "{report}");
+    assert_eq!(
+        report["failures"]["truncated"], report["failed"],
+        "{report}"
+    );
 }
 
 #[test]
