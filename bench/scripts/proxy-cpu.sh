@@ -21,30 +21,7 @@ http {
 NGINX
 nginx -c "$work/nginx.conf" -g 'daemon off;' &
 mkdir "$work/manifests"
-cat > "$work/manifests/bench.yaml" <<YAML
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {name: bench}
-spec:
-  ingressClassName: sluice
-  rules:
-  - host: bench.test
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: bench, port: {number: 80}}}}
----
-apiVersion: v1
-kind: Service
-metadata: {name: bench}
-spec: {ports: [{port: 80, targetPort: 8081}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: bench, labels: {kubernetes.io/service-name: bench}}
-addressType: IPv4
-ports: [{port: 8081}]
-endpoints: [{addresses: ["127.0.2.1"]}]
-YAML
+cp "$(dirname "$0")/../manifests/bench.yaml" "$work/manifests/"
 ticks=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "| binary | run | requests/s | CPU µs per request |"

@@ -31,30 +31,7 @@ worker_processes 1; pid $work/backend.pid; events { worker_connections 10000; }
 http { access_log off; keepalive_requests 1000000; sendfile on;
   server { listen 127.0.2.1:8081; root $work/www; } }
 CONF
-cat >"$work/manifests/bench.yaml" <<'YAML'
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {name: bench}
-spec:
-  ingressClassName: sluice
-  rules:
-  - host: bench.test
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: bench, port: {number: 80}}}}
----
-apiVersion: v1
-kind: Service
-metadata: {name: bench}
-spec: {ports: [{port: 80, targetPort: 8081}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: bench, labels: {kubernetes.io/service-name: bench}}
-addressType: IPv4
-ports: [{port: 8081}]
-endpoints: [{addresses: ["127.0.2.1"]}]
-YAML
+cp bench/manifests/bench.yaml "$work/manifests/"
 cat >"$work/latency.lua" <<'EOF'
 done = function(summary, latency, requests)
   io.write(string.format("result %d %d %d %d\n", summary.requests, summary.duration,

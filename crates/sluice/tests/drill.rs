@@ -41,22 +41,24 @@ fn count(report: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} in {report}"))
 }
 
+/// The published target's drill: 5 pods, 1,000 requests per second, 2 s endpoint lag, three
+/// rollouts, and no failed request allowed.
+const PUBLISHED: [&str; 10] = [
+    "--pods",
+    "5",
+    "--rps",
+    "1000",
+    "--endpoint-lag",
+    "2s",
+    "--rollouts",
+    "3",
+    "--max-failed",
+    "0",
+];
+
 #[test]
 fn endpoints_mode_loses_no_request_when_pods_die_abruptly_before_their_endpoints_go() {
-    let (code, report) = drill(&[
-        "--pods",
-        "5",
-        "--rps",
-        "1000",
-        "--termination",
-        "abrupt",
-        "--endpoint-lag",
-        "2s",
-        "--rollouts",
-        "3",
-        "--max-failed",
-        "0",
-    ]);
+    let (code, report) = drill(&[&PUBLISHED[..], &["--termination", "abrupt"]].concat());
     assert_eq!(count(&report, "failed"), 0, "{report}");
     assert_eq!(code, Some(0), "{report}");
     // Three rollouts of five pods take well over 15 s at 1,000 requests per second.
@@ -73,22 +75,8 @@ fn endpoints_mode_loses_no_request_when_pods_die_abruptly_before_their_endpoints
 #[test]
 fn no_get_is_lost_when_pods_crash_mid_response_in_endpoints_or_fallback_mode() {
     for mode in ["endpoints", "fallback"] {
-        let (code, report) = drill(&[
-            "--pods",
-            "5",
-            "--rps",
-            "1000",
-            "--termination",
-            "crash",
-            "--endpoint-lag",
-            "2s",
-            "--rollouts",
-            "3",
-            "--mode",
-            mode,
-            "--max-failed",
-            "0",
-        ]);
+        let crash = ["--termination", "crash", "--mode", mode];
+        let (code, report) = drill(&[&PUBLISHED[..], &crash].concat());
         assert_eq!(count(&report, "failed"), 0, "{report}");
         assert_eq!(code, Some(0), "{report}");
         assert!(count(&report, "requests") > 15_000, "{report}");
