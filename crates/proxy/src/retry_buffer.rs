@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, UPGRADE};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING, UPGRADE};
 use http::request::Parts;
 use http::{HeaderMap, Method, Response, StatusCode};
 
@@ -94,7 +94,8 @@ impl Drop for HeldBytes {
 }
 
 /// The body length to hold `response` for, when it is a response to hold under `limit`; the
-/// request side (may it be retried?) is the caller's to decide.
+/// request side (may it be retried?) is the caller's to decide. A response that also names a
+/// transfer coding is framed by it, not by its length, so it is never held.
 pub(crate) fn holdable_length<B>(
     request: &Parts,
     response: &Response<B>,
@@ -111,7 +112,10 @@ pub(crate) fn holdable_length<B>(
         return None;
     }
     let headers = response.headers();
-    if is_stream(request.headers.get(CONTENT_TYPE)) || is_stream(headers.get(CONTENT_TYPE)) {
+    if is_stream(request.headers.get(CONTENT_TYPE))
+        || is_stream(headers.get(CONTENT_TYPE))
+        || headers.contains_key(TRANSFER_ENCODING)
+    {
         return None;
     }
     declared_length(headers).filter(|length| (1..=limit).contains(length))
@@ -179,6 +183,10 @@ mod tests {
             response(200, &[("content-length", "101")]),
             response(200, &[("content-length", "10"), ("content-length", "10")]),
             response(200, &[("content-length", "ten")]),
+            response(
+                200,
+                &[("content-length", "10"), ("transfer-encoding", "chunked")],
+            ),
             response(204, &[("content-length", "10")]),
             response(304, &[("content-length", "10")]),
             response(101, &[("content-length", "10")]),
