@@ -4,6 +4,7 @@ pub mod annotations;
 mod compile;
 mod diagnostic;
 mod error;
+pub mod gateway;
 mod manifest;
 pub mod migration;
 mod snapshot;

@@ -110,6 +110,9 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "Ingress" | "IngressClass" => "networking.k8s.io/v1",
         "Service" | "Secret" | "ConfigMap" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
+        "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant" => {
+            return gateway_object(value, &api_version, &kind);
+        }
         _ => {
             let name = value
                 .pointer("/metadata/name")
@@ -136,9 +139,36 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "ConfigMap" => KubeObject::ConfigMap(typed(value)?),
         _ => KubeObject::Secret(typed(value)?),
     };
+    named(object)
+}
+
+/// A Gateway API object: `gateway.networking.k8s.io/v1`, or `v1beta1`, which the upstream CRDs
+/// still serve with the same schema.
+fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Document, String> {
+    let version = api_version
+        .strip_prefix(crate::gateway::GATEWAY_GROUP)
+        .and_then(|rest| rest.strip_prefix('/'));
+    if !matches!(version, Some("v1" | "v1beta1")) {
+        return Err(format!(
+            "apiVersion: {kind} {api_version} is not supported; sluice reads {kind} {}/v1",
+            crate::gateway::GATEWAY_GROUP
+        ));
+    }
+    let object = match kind {
+        "GatewayClass" => KubeObject::GatewayClass(typed(value)?),
+        "Gateway" => KubeObject::Gateway(typed(value)?),
+        "HTTPRoute" => KubeObject::HttpRoute(typed(value)?),
+        "GRPCRoute" => KubeObject::GrpcRoute(typed(value)?),
+        _ => KubeObject::ReferenceGrant(typed(value)?),
+    };
+    named(object)
+}
+
+/// The object, once it has a name.
+fn named(object: KubeObject) -> Result<Document, String> {
     match object.metadata().name.as_deref() {
         Some(name) if !name.is_empty() => Ok(Document::Object(object)),
-        _ => Err(format!("metadata.name: missing in {kind}")),
+        _ => Err(format!("metadata.name: missing in {}", object.kind())),
     }
 }
 
@@ -202,6 +232,38 @@ mod tests {
     fn reports_yaml_syntax_errors() {
         let errors = parse_manifest("kind: [unclosed\n", Format::Yaml).expect_err("bad yaml");
         assert!(errors[0].document.is_none());
+    }
+
+    #[test]
+    fn reads_gateway_api_objects_at_v1_and_v1beta1() {
+        let text = "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: web\nspec:\n  parentRefs: [{name: gw}]\n---\napiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata:\n  name: grant\nspec:\n  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: a}]\n  to: [{group: '', kind: Service}]\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata:\n  name: sluice\nspec:\n  controllerName: sluice.dev/gateway-controller\n";
+        let documents = parse_manifest(text, Format::Yaml).expect("parses");
+        let kinds: Vec<_> = documents
+            .iter()
+            .map(|document| match document {
+                Document::Object(object) => object.kind(),
+                Document::Skipped { .. } => "skipped",
+            })
+            .collect();
+        assert_eq!(kinds, ["HTTPRoute", "ReferenceGrant", "GatewayClass"]);
+    }
+
+    #[test]
+    fn a_gateway_api_object_names_its_bad_field_and_unknown_versions() {
+        let bad_port = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: gw\nspec:\n  gatewayClassName: sluice\n  listeners:\n  - {name: http, port: eighty, protocol: HTTP}\n";
+        let errors = parse_manifest(bad_port, Format::Yaml).expect_err("bad port");
+        assert!(
+            errors[0].reason.contains("spec.listeners[0].port"),
+            "{errors:?}"
+        );
+        let alpha = "apiVersion: gateway.networking.k8s.io/v1alpha2\nkind: GRPCRoute\nmetadata:\n  name: g\n";
+        let errors = parse_manifest(alpha, Format::Yaml).expect_err("old version");
+        assert!(
+            errors[0]
+                .reason
+                .contains("sluice reads GRPCRoute gateway.networking.k8s.io/v1"),
+            "{errors:?}"
+        );
     }
 
     #[test]

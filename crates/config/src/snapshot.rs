@@ -7,6 +7,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant};
+
 /// Namespace given to namespaced objects that do not name one, as `kubectl apply` does.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
@@ -47,6 +49,11 @@ pub enum KubeObject {
     EndpointSlice(EndpointSlice),
     Secret(Secret),
     ConfigMap(ConfigMap),
+    GatewayClass(GatewayClass),
+    Gateway(Gateway),
+    HttpRoute(HttpRoute),
+    GrpcRoute(GrpcRoute),
+    ReferenceGrant(ReferenceGrant),
 }
 
 impl KubeObject {
@@ -58,6 +65,11 @@ impl KubeObject {
             Self::EndpointSlice(_) => "EndpointSlice",
             Self::Secret(_) => "Secret",
             Self::ConfigMap(_) => "ConfigMap",
+            Self::GatewayClass(_) => "GatewayClass",
+            Self::Gateway(_) => "Gateway",
+            Self::HttpRoute(_) => "HTTPRoute",
+            Self::GrpcRoute(_) => "GRPCRoute",
+            Self::ReferenceGrant(_) => "ReferenceGrant",
         }
     }
 
@@ -69,6 +81,11 @@ impl KubeObject {
             Self::EndpointSlice(o) => &o.metadata,
             Self::Secret(o) => &o.metadata,
             Self::ConfigMap(o) => &o.metadata,
+            Self::GatewayClass(o) => &o.metadata,
+            Self::Gateway(o) => &o.metadata,
+            Self::HttpRoute(o) => &o.metadata,
+            Self::GrpcRoute(o) => &o.metadata,
+            Self::ReferenceGrant(o) => &o.metadata,
         }
     }
 
@@ -80,6 +97,11 @@ impl KubeObject {
             Self::EndpointSlice(o) => &mut o.metadata,
             Self::Secret(o) => &mut o.metadata,
             Self::ConfigMap(o) => &mut o.metadata,
+            Self::GatewayClass(o) => &mut o.metadata,
+            Self::Gateway(o) => &mut o.metadata,
+            Self::HttpRoute(o) => &mut o.metadata,
+            Self::GrpcRoute(o) => &mut o.metadata,
+            Self::ReferenceGrant(o) => &mut o.metadata,
         }
     }
 }
@@ -96,6 +118,12 @@ pub struct Snapshot {
     pub secrets: BTreeMap<ObjectKey, Secret>,
     /// ConfigMaps that annotations name (`custom-headers`).
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
+    /// GatewayClass is cluster-scoped: keyed by name alone.
+    pub gateway_classes: BTreeMap<String, GatewayClass>,
+    pub gateways: BTreeMap<ObjectKey, Gateway>,
+    pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
+    pub grpc_routes: BTreeMap<ObjectKey, GrpcRoute>,
+    pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
 }
 
 impl Snapshot {
@@ -120,6 +148,21 @@ impl Snapshot {
             }
             KubeObject::ConfigMap(o) => {
                 self.config_maps.insert(key, o);
+            }
+            KubeObject::GatewayClass(o) => {
+                self.gateway_classes.insert(key.name, o);
+            }
+            KubeObject::Gateway(o) => {
+                self.gateways.insert(key, o);
+            }
+            KubeObject::HttpRoute(o) => {
+                self.http_routes.insert(key, o);
+            }
+            KubeObject::GrpcRoute(o) => {
+                self.grpc_routes.insert(key, o);
+            }
+            KubeObject::ReferenceGrant(o) => {
+                self.reference_grants.insert(key, o);
             }
         }
     }
@@ -146,6 +189,57 @@ impl Snapshot {
             KubeObject::ConfigMap(_) => {
                 self.config_maps.remove(&key);
             }
+            KubeObject::GatewayClass(_) => {
+                self.gateway_classes.remove(&key.name);
+            }
+            KubeObject::Gateway(_) => {
+                self.gateways.remove(&key);
+            }
+            KubeObject::HttpRoute(_) => {
+                self.http_routes.remove(&key);
+            }
+            KubeObject::GrpcRoute(_) => {
+                self.grpc_routes.remove(&key);
+            }
+            KubeObject::ReferenceGrant(_) => {
+                self.reference_grants.remove(&key);
+            }
+        }
+    }
+
+    /// The metadata of the stored object of this object's kind, namespace and name.
+    pub fn stored_metadata(&self, object: &KubeObject) -> Option<&ObjectMeta> {
+        let key = ObjectKey::of(object.metadata());
+        match object {
+            KubeObject::Ingress(_) => self.ingresses.get(&key).map(|o| &o.metadata),
+            KubeObject::IngressClass(_) => self.ingress_classes.get(&key.name).map(|o| &o.metadata),
+            KubeObject::Service(_) => self.services.get(&key).map(|o| &o.metadata),
+            KubeObject::EndpointSlice(_) => self.endpoint_slices.get(&key).map(|o| &o.metadata),
+            KubeObject::Secret(_) => self.secrets.get(&key).map(|o| &o.metadata),
+            KubeObject::ConfigMap(_) => self.config_maps.get(&key).map(|o| &o.metadata),
+            KubeObject::GatewayClass(_) => self.gateway_classes.get(&key.name).map(|o| &o.metadata),
+            KubeObject::Gateway(_) => self.gateways.get(&key).map(|o| &o.metadata),
+            KubeObject::HttpRoute(_) => self.http_routes.get(&key).map(|o| &o.metadata),
+            KubeObject::GrpcRoute(_) => self.grpc_routes.get(&key).map(|o| &o.metadata),
+            KubeObject::ReferenceGrant(_) => self.reference_grants.get(&key).map(|o| &o.metadata),
+        }
+    }
+
+    /// Whether the snapshot holds an object equal to this one.
+    pub fn holds(&self, object: &KubeObject) -> bool {
+        let key = ObjectKey::of(object.metadata());
+        match object {
+            KubeObject::Ingress(o) => self.ingresses.get(&key) == Some(o),
+            KubeObject::IngressClass(o) => self.ingress_classes.get(&key.name) == Some(o),
+            KubeObject::Service(o) => self.services.get(&key) == Some(o),
+            KubeObject::EndpointSlice(o) => self.endpoint_slices.get(&key) == Some(o),
+            KubeObject::Secret(o) => self.secrets.get(&key) == Some(o),
+            KubeObject::ConfigMap(o) => self.config_maps.get(&key) == Some(o),
+            KubeObject::GatewayClass(o) => self.gateway_classes.get(&key.name) == Some(o),
+            KubeObject::Gateway(o) => self.gateways.get(&key) == Some(o),
+            KubeObject::HttpRoute(o) => self.http_routes.get(&key) == Some(o),
+            KubeObject::GrpcRoute(o) => self.grpc_routes.get(&key) == Some(o),
+            KubeObject::ReferenceGrant(o) => self.reference_grants.get(&key) == Some(o),
         }
     }
 

@@ -160,19 +160,9 @@ impl ClusterState {
     /// object compares equal; this one lets the incremental compiler tell a changed Ingress or
     /// Service by its version instead of comparing it whole.
     fn stamp_version(&mut self, object: &mut KubeObject) {
-        let key = ObjectKey::of(object.metadata());
-        let snapshot = &self.snapshot;
-        let stored = match &*object {
-            KubeObject::IngressClass(_) => {
-                snapshot.ingress_classes.get(&key.name).map(|o| &o.metadata)
-            }
-            KubeObject::Service(_) => snapshot.services.get(&key).map(|o| &o.metadata),
-            KubeObject::Secret(_) => snapshot.secrets.get(&key).map(|o| &o.metadata),
-            KubeObject::ConfigMap(_) => snapshot.config_maps.get(&key).map(|o| &o.metadata),
-            KubeObject::Ingress(_) => snapshot.ingresses.get(&key).map(|o| &o.metadata),
-            KubeObject::EndpointSlice(_) => snapshot.endpoint_slices.get(&key).map(|o| &o.metadata),
-        };
-        object.metadata_mut().resource_version = stored.and_then(|m| m.resource_version.clone());
+        let stored = self.snapshot.stored_metadata(object);
+        let version = stored.and_then(|m| m.resource_version.clone());
+        object.metadata_mut().resource_version = version;
         if !self.same_for_compile(object) {
             self.content_versions += 1;
             object.metadata_mut().resource_version =
@@ -310,15 +300,7 @@ impl ClusterState {
     }
 
     fn contains_equal(&self, object: &KubeObject) -> bool {
-        let key = ObjectKey::of(object.metadata());
-        match object {
-            KubeObject::IngressClass(o) => self.snapshot.ingress_classes.get(&key.name) == Some(o),
-            KubeObject::Service(o) => self.snapshot.services.get(&key) == Some(o),
-            KubeObject::Secret(o) => self.snapshot.secrets.get(&key) == Some(o),
-            KubeObject::ConfigMap(o) => self.snapshot.config_maps.get(&key) == Some(o),
-            KubeObject::Ingress(o) => self.snapshot.ingresses.get(&key) == Some(o),
-            KubeObject::EndpointSlice(o) => self.snapshot.endpoint_slices.get(&key) == Some(o),
-        }
+        self.snapshot.holds(object)
     }
 
     /// Removes a slice from the index; returns the Service it belonged to.

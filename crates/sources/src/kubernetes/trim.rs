@@ -17,14 +17,7 @@ const SMALL_OPAQUE_SECRET: usize = 16 * 1024;
 /// the same content compare equal; the cluster state stamps its own content version), and
 /// per-kind fields sluice does not use.
 pub(super) fn trim(object: &mut KubeObject) {
-    let metadata = match object {
-        KubeObject::Ingress(o) => &mut o.metadata,
-        KubeObject::IngressClass(o) => &mut o.metadata,
-        KubeObject::Service(o) => &mut o.metadata,
-        KubeObject::EndpointSlice(o) => &mut o.metadata,
-        KubeObject::Secret(o) => &mut o.metadata,
-        KubeObject::ConfigMap(o) => &mut o.metadata,
-    };
+    let metadata = object.metadata_mut();
     metadata.managed_fields = None;
     metadata.resource_version = None;
     if let Some(annotations) = metadata.annotations.as_mut() {
