@@ -208,6 +208,7 @@ impl IncrementalCompiler {
             self.classes = snapshot.ingress_classes.clone();
         }
         let mut class_diagnostics = Diagnostics::default();
+        crate::gateway::report_unserved(snapshot, &mut class_diagnostics);
         let classes = ClassFilter::new(
             snapshot,
             &self.options.ingress_class,
