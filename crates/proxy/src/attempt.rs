@@ -488,12 +488,14 @@ impl<'a> Exchange<'a> {
     /// The length to hold `response` for and its claim on the proxy-wide cap, when the
     /// response is one to hold and a cut-off body could still be retried.
     fn hold(&self, response: &Response<Incoming>) -> Option<(u64, HeldBytes)> {
-        if !self.could_retry_a_cut() {
-            return None;
-        }
+        // The response's own terms first: they are read from its head, while the retry
+        // question reads the backend's budget.
         let buffer = self.settings.retry_buffer;
         let limit = buffer.limit(self.policy.retry.response_buffer);
         let length = holdable_length(&self.parts, response, limit)?;
+        if !self.could_retry_a_cut() {
+            return None;
+        }
         match buffer.reserve(length) {
             Some(reservation) => Some((length, reservation)),
             None => {

@@ -162,7 +162,7 @@ async fn a_pod_that_dies_mid_body_costs_a_retry_not_a_truncated_response() {
         .metric_sum("sluice_retries_total", &[("reason", "response_cut")])
         .await;
     assert_eq!(retried, cuts as f64, "each cut response was retried");
-    if cuts == 3 {
+    if cuts >= 3 {
         assert!(sluice.metric("sluice_endpoint_ejections_total").await >= 1.0);
     }
 }
