@@ -8,6 +8,7 @@ mod access;
 mod attached;
 mod backend;
 mod canary;
+mod gateway;
 mod host;
 mod normalize;
 mod path;
@@ -23,6 +24,10 @@ pub use backend::{
     stable_hash, Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,
 };
 pub use canary::CanaryRule;
+pub use gateway::{
+    GatewayOutcome, GatewayRule, GatewaySocket, GatewaySockets, GatewaySocketsBuilder, HostPattern,
+    RequestFacts, RequestMatch, RuleAction, RulePrecedence, ValueCondition, WeightedBackend,
+};
 pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};
 pub use path::{PathKind, PathMatch};
@@ -31,7 +36,9 @@ pub use policy::{
     RequestEdits, RetryOn, RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict,
     StickyCookie, TlsPolicy, UpstreamProtocol, UpstreamTimeouts, UpstreamTls,
 };
-pub use table::{BackendIndex, Canary, CanaryRoute, Route, RoutingTable, TableBuilder, Target};
+pub use table::{
+    BackendIndex, Canary, CanaryRoute, GatewayMiss, Route, RoutingTable, TableBuilder, Target,
+};
 pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};
 pub use variable::Variable;
 pub use view::{BackendView, RouteView, TableView};

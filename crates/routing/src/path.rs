@@ -63,6 +63,17 @@ impl PathMatch {
         })
     }
 
+    /// A Gateway API `RegularExpression` path: case-sensitive, matching the whole path.
+    pub fn whole_regex(pattern: &str) -> Result<Self, regex::Error> {
+        let compiled = regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+            .size_limit(1 << 20)
+            .build()?;
+        Ok(Self {
+            regex: Some(Arc::new(compiled)),
+            ..Self::new(PathKind::Regex, pattern.into())
+        })
+    }
+
     fn new(kind: PathKind, path: Arc<str>) -> Self {
         Self {
             kind,

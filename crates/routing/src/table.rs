@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::attached::Attached;
 use crate::backend::{Backend, BackendId};
 use crate::canary::CanaryRule;
+use crate::gateway::{GatewayOutcome, GatewaySockets, GatewaySocketsBuilder, RequestFacts};
 use crate::host::{wildcard_suffix, HostMatch};
 use crate::path::PathMatch;
 use crate::policy::RoutePolicy;
@@ -126,6 +127,17 @@ pub struct RoutingTable {
     aliases: HashMap<Arc<str>, Arc<str>>,
     /// `from-to-www-redirect`: a host no rule names → the rule host it redirects to.
     host_redirects: HashMap<Arc<str>, Arc<str>>,
+    /// The listeners of served Gateways, by the socket they are bound on.
+    gateways: GatewaySockets,
+}
+
+/// Why a request on a Gateway listener has no target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatewayMiss {
+    /// No listener hostname or no rule matched: 404.
+    NoRoute,
+    /// The rule matched, but the backendRef drawn is invalid, or it has none: 500.
+    NoBackend,
 }
 
 impl RoutingTable {
@@ -193,6 +205,40 @@ impl RoutingTable {
         }
     }
 
+    /// The Gateway listeners: which sockets to bind and what each serves.
+    pub fn gateways(&self) -> &GatewaySockets {
+        &self.gateways
+    }
+
+    /// The target of a request that arrived on the Gateway socket `socket`, for a normalised
+    /// `host`; `draw(total)` picks a weighted backendRef with a number in `1..=total`.
+    pub fn gateway_lookup(
+        &self,
+        socket: std::net::SocketAddr,
+        host: &str,
+        request: &RequestFacts<'_>,
+        draw: impl FnOnce(u32) -> u32,
+    ) -> Result<Target<'_>, GatewayMiss> {
+        let GatewayOutcome::Matched { rule, choice } =
+            self.gateways.lookup(socket, host, request, draw)
+        else {
+            return Err(GatewayMiss::NoRoute);
+        };
+        let choice = choice.ok_or(GatewayMiss::NoBackend)?;
+        let backend = choice
+            .backend
+            .and_then(|index| self.backend(index))
+            .ok_or(GatewayMiss::NoBackend)?;
+        Ok(Target {
+            backend,
+            policy: &choice.policy,
+            ingress: &rule.route,
+            telemetry: &choice.telemetry,
+            path: Some(&rule.request_match.path),
+            canary: None,
+        })
+    }
+
     /// Every backend, in the order the compiler added them.
     pub fn backends(&self) -> &[Backend] {
         &self.backends
@@ -247,6 +293,7 @@ pub struct TableBuilder {
     aliases: HashMap<Arc<str>, Arc<str>>,
     host_redirects: HashMap<Arc<str>, Arc<str>>,
     canaries: Vec<PendingCanary>,
+    gateways: GatewaySocketsBuilder,
 }
 
 /// A canary as added: the main route's host and path, the canary's backend, Ingress and rule.
@@ -302,6 +349,16 @@ impl TableBuilder {
         self.positions.contains_key(id)
     }
 
+    /// Where a backend added with [`Self::add_backend`] sits in the table.
+    pub fn backend_index(&self, id: &BackendId) -> Option<BackendIndex> {
+        self.positions.get(id).copied()
+    }
+
+    /// The Gateway listeners and their rules, built with the table.
+    pub fn gateways(&mut self) -> &mut GatewaySocketsBuilder {
+        &mut self.gateways
+    }
+
     /// Adds a route to a backend added with [`Self::add_backend`]; routes to unknown backends
     /// are dropped at [`Self::build`].
     pub fn add_route(
@@ -354,6 +411,7 @@ impl TableBuilder {
                 })
             }),
             tls,
+            gateways: self.gateways.build(),
             ..RoutingTable::default()
         };
         for (host, path, backend, ingress, policy) in self.routes {
