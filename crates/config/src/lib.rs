@@ -12,7 +12,7 @@ mod snapshot;
 pub use compile::{
     compile, compile_with, ready_endpoints, CompileOptions, Compiled, EndpointCache,
     EndpointResolver, EndpointSource, EndpointSources, IncrementalCompiler, SliceIndex, CONTROLLER,
-    SERVICE_NAME_LABEL, TLS_SECRET_TYPE,
+    DEFAULT_GATEWAY_CONTROLLER, SERVICE_NAME_LABEL, SUPPORTED_FEATURES, TLS_SECRET_TYPE,
 };
 pub use diagnostic::{Diagnostic, ObjectRef, Severity};
 pub use error::DocumentError;

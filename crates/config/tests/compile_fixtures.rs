@@ -25,6 +25,9 @@ struct Expectations {
     requests: Vec<ExpectedRequest>,
     #[serde(default)]
     diagnostics: Vec<ExpectedDiagnostic>,
+    /// The Gateway API status report (`Compiled::gateways`) as JSON; only the keys given are
+    /// compared, and lists element by element.
+    gateway_status: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -39,7 +42,17 @@ struct Options {
 #[serde(deny_unknown_fields)]
 struct ExpectedRequest {
     host: String,
+    /// The path, with a query string on requests to a Gateway socket.
     path: String,
+    /// A Gateway listener's socket: the request is matched as a Gateway route.
+    socket: Option<std::net::SocketAddr>,
+    /// The method on a Gateway socket (default GET).
+    method: Option<String>,
+    /// Request headers on a Gateway socket.
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+    /// On a Gateway socket without a backend: 404 (no route) or 500 (invalid backendRef).
+    status: Option<u16>,
     /// The backend id (`namespace/service:port`), or null for "no route" (404).
     backend: Option<String>,
     /// The backend's exact set of ready endpoints, when given.
@@ -101,7 +114,7 @@ fn check(path: &Path) -> Vec<String> {
             .clone()
             .unwrap_or_else(|| "sluice".to_owned()),
         watch_without_class: expected.options.watch_ingress_without_class,
-        default_certificate: None,
+        ..CompileOptions::default()
     };
     let compiled = compile(&snapshot, &options);
     assert_eq!(
@@ -111,9 +124,17 @@ fn check(path: &Path) -> Vec<String> {
     );
     let mut failures = Vec::new();
     for request in &expected.requests {
-        let backend = compiled
-            .table
-            .lookup(&normalize_request_host(&request.host), &request.path);
+        let (backend, status) = lookup(&compiled.table, request);
+        if status
+            != request
+                .status
+                .unwrap_or(if backend.is_some() { 200 } else { 404 })
+        {
+            failures.push(format!(
+                "{}{}: expected status {:?}, got {status}",
+                request.host, request.path, request.status
+            ));
+        }
         let actual = backend.map(|t| t.backend.id().as_str().to_owned());
         if actual != request.backend {
             failures.push(format!(
@@ -163,6 +184,12 @@ fn check(path: &Path) -> Vec<String> {
             }
         }
     }
+    if let Some(expected_status) = &expected.gateway_status {
+        let actual = serde_json::to_value(&compiled.gateways).unwrap();
+        let mut mismatches = Vec::new();
+        compare_subset("gatewayStatus", expected_status, &actual, &mut mismatches);
+        failures.extend(mismatches);
+    }
     let mut unmatched: Vec<&Diagnostic> = compiled.diagnostics.iter().collect();
     for wanted in &expected.diagnostics {
         match unmatched.iter().position(|actual| wanted.matches(actual)) {
@@ -180,9 +207,53 @@ fn check(path: &Path) -> Vec<String> {
     failures
 }
 
-/// Compares `expected` with `actual`, objects by the keys `expected` gives, anything else whole.
+/// The target of a fixture request and the status it gets (200 when it has a target): an
+/// Ingress lookup, or a Gateway lookup on the request's socket (the first weighted backendRef
+/// with a weight above zero).
+fn lookup<'t>(
+    table: &'t sluice_routing::RoutingTable,
+    request: &ExpectedRequest,
+) -> (Option<sluice_routing::Target<'t>>, u16) {
+    let host = normalize_request_host(&request.host);
+    let Some(socket) = request.socket else {
+        let target = table.lookup(&host, &request.path);
+        return (target, if target.is_some() { 200 } else { 404 });
+    };
+    let (path, query) = match request.path.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (request.path.as_str(), None),
+    };
+    let method =
+        http::Method::from_bytes(request.method.as_deref().unwrap_or("GET").as_bytes()).unwrap();
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in &request.headers {
+        headers.append(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
+    let facts = sluice_routing::RequestFacts {
+        method: &method,
+        path,
+        query,
+        headers: &headers,
+    };
+    match table.gateway_lookup(socket, &host, &facts, |_| 1) {
+        Ok(target) => (Some(target), 200),
+        Err(sluice_routing::GatewayMiss::NoRoute) => (None, 404),
+        Err(sluice_routing::GatewayMiss::NoBackend) => (None, 500),
+    }
+}
+
+/// Compares `expected` with `actual`: objects by the keys `expected` gives, lists of the same
+/// length element by element, anything else whole.
 fn compare_subset(at: &str, expected: &Value, actual: &Value, mismatches: &mut Vec<String>) {
     match (expected, actual) {
+        (Value::Array(wanted), Value::Array(got)) if wanted.len() == got.len() => {
+            for (index, (wanted, got)) in wanted.iter().zip(got).enumerate() {
+                compare_subset(&format!("{at}[{index}]"), wanted, got, mismatches);
+            }
+        }
         (Value::Object(wanted), Value::Object(got)) => {
             for (key, wanted) in wanted {
                 let got = got.get(key).unwrap_or(&Value::Null);

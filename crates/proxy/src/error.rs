@@ -8,6 +8,10 @@ use sluice_routing::PathError;
 pub enum ProxyError {
     #[error("no route")]
     NoRoute,
+    /// A Gateway API rule matched, but the backendRef drawn for the request is invalid (or
+    /// the rule has none): the spec's 500.
+    #[error("the route's backend reference is invalid")]
+    InvalidBackendRef,
     #[error("no endpoints available")]
     NoEndpoints,
     #[error("upstream connect failed")]
@@ -65,6 +69,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::NoRoute => StatusCode::NOT_FOUND,
+            Self::InvalidBackendRef => StatusCode::INTERNAL_SERVER_ERROR,
             Self::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
             Self::ConnectFailed(_) | Self::UpstreamFailed(_) | Self::ResponseCut(_) => {
                 StatusCode::BAD_GATEWAY
@@ -92,6 +97,7 @@ impl ProxyError {
     pub fn body(&self) -> &'static str {
         match self {
             Self::NoRoute => "404 no route\n",
+            Self::InvalidBackendRef => "500 invalid backend reference\n",
             Self::NoEndpoints => "503 no endpoints available\n",
             Self::ConnectFailed(_) => "502 upstream connect failed\n",
             Self::UpstreamFailed(_) => "502 upstream connection failed\n",

@@ -237,6 +237,7 @@ mod tests {
             client,
             server: "127.0.0.1:8080".parse().unwrap_or_else(|e| panic!("{e}")),
             tls: None,
+            gateway_socket: None,
         }
     }
 

@@ -58,7 +58,7 @@ fn status_of(error: &ProxyError) -> u8 {
             PERMISSION_DENIED
         }
         ProxyError::AuthDenied { .. } => UNAUTHENTICATED,
-        ProxyError::AuthFailed => INTERNAL,
+        ProxyError::AuthFailed | ProxyError::InvalidBackendRef => INTERNAL,
         ProxyError::Limited { .. } => RESOURCE_EXHAUSTED,
         ProxyError::ResponseTimeout | ProxyError::UploadStalled | ProxyError::ClientBodyTimeout => {
             DEADLINE_EXCEEDED

@@ -17,6 +17,7 @@ mod error;
 mod error_pages;
 mod external_auth;
 mod forwarded;
+mod gateway_filters;
 mod grpc;
 mod headers;
 mod health;

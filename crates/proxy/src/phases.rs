@@ -166,6 +166,9 @@ impl Filters {
         if let Some(response_headers) = ResponseHeaders::of(edits) {
             filters.push(Box::new(response_headers));
         }
+        if let Some(gateway) = &policy.gateway {
+            crate::gateway_filters::add_filters(gateway, &mut filters);
+        }
         if let Some(hsts) = tls
             .hsts
             .as_deref()

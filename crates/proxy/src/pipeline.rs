@@ -10,7 +10,9 @@ use http::{HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
-use sluice_routing::{RoutePolicy, RoutingTable, Target, UpstreamProtocol};
+use sluice_routing::{
+    GatewayMiss, RequestFacts, RoutePolicy, RoutingTable, Target, UpstreamProtocol,
+};
 
 use crate::access_log::{AccessLog, AccessRecord};
 use crate::attempt::{may_resend, resendable, Answer, AttemptSettings, Exchange};
@@ -254,7 +256,7 @@ impl Proxy {
         let inbound = Inbound::read(&parts)?;
         // The route, its canary when the canary takes the request, and its default backend
         // when its own backend has no endpoints.
-        let routed = canary_or_main(route(table, &inbound, context)?, &parts.headers);
+        let routed = canary_or_main(route(table, &inbound, &parts, context)?, &parts.headers);
         let target = error_pages::serving_target(table, routed);
         context.target = Some(target);
         let filters = Filters::of(target.policy);
@@ -439,8 +441,12 @@ struct Measure {
 fn route<'r>(
     table: &'r RoutingTable,
     inbound: &Inbound,
+    parts: &http::request::Parts,
     context: &mut RequestContext<'r>,
 ) -> Result<Target<'r>, ProxyError> {
+    if let Some(socket) = context.client.gateway_socket {
+        return gateway_route(table, socket, inbound, parts, context);
+    }
     let host = inbound.route_host();
     let tls_site = table.tls().site(&host);
     let over_tls = match &context.client.tls {
@@ -470,6 +476,33 @@ fn route<'r>(
         return Err(slash_redirect(inbound, &directory, over_tls));
     }
     context.host_has_tls = tls_site.is_some();
+    context.host = inbound.host.clone();
+    Ok(target)
+}
+
+/// The route phase on a Gateway listener's socket: the listener by hostname, then the first
+/// rule in HTTPRoute precedence whose matches the request meets (else 404), then a backendRef
+/// by weight (an invalid one answers 500).
+fn gateway_route<'r>(
+    table: &'r RoutingTable,
+    socket: std::net::SocketAddr,
+    inbound: &Inbound,
+    parts: &http::request::Parts,
+    context: &mut RequestContext<'r>,
+) -> Result<Target<'r>, ProxyError> {
+    let host = inbound.route_host();
+    let facts = RequestFacts {
+        method: &parts.method,
+        path: inbound.path(),
+        query: inbound.target.query(),
+        headers: &parts.headers,
+    };
+    let target = table
+        .gateway_lookup(socket, &host, &facts, |total| fastrand::u32(1..=total))
+        .map_err(|miss| match miss {
+            GatewayMiss::NoRoute => ProxyError::NoRoute,
+            GatewayMiss::NoBackend => ProxyError::InvalidBackendRef,
+        })?;
     context.host = inbound.host.clone();
     Ok(target)
 }

@@ -182,8 +182,9 @@ pub struct RequestFacts<'r> {
 
 /// The HTTPRoute precedence of one match, smallest first: an Exact path, then the longest
 /// prefix (regular expressions after prefixes, longest first), then a method, then more
-/// header matches, then more query matches, then the oldest route, then the route's
-/// `namespace/name`, then the rule's and the match's place in the route.
+/// header matches, then more query matches, then the route's age rank (oldest first, then by
+/// `namespace/name`, as the compiler orders routes), then the rule's and the match's place in
+/// the route.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RulePrecedence {
     path_kind: u8,
@@ -191,20 +192,17 @@ pub struct RulePrecedence {
     no_method: bool,
     headers: Reverse<usize>,
     query: Reverse<usize>,
-    /// RFC 3339 creation timestamp (sorts as text); empty when unknown.
-    created: String,
-    route: Arc<str>,
+    age_rank: usize,
     rule: usize,
     matched: usize,
 }
 
 impl RulePrecedence {
-    /// The precedence of `request_match`, match `matched` of rule `rule` of the route
-    /// `route` (`namespace/name`) created at `created`.
+    /// The precedence of `request_match`, match `matched` of rule `rule` of the route whose
+    /// place in the compiler's oldest-first order is `age_rank`.
     pub fn of(
         request_match: &RequestMatch,
-        created: &str,
-        route: &Arc<str>,
+        age_rank: usize,
         (rule, matched): (usize, usize),
     ) -> Self {
         let path_kind = match request_match.path.kind() {
@@ -218,8 +216,7 @@ impl RulePrecedence {
             no_method: request_match.method.is_none(),
             headers: Reverse(request_match.headers.len()),
             query: Reverse(request_match.query.len()),
-            created: created.to_owned(),
-            route: route.clone(),
+            age_rank,
             rule,
             matched,
         }
@@ -459,7 +456,7 @@ impl GatewaySocketsBuilder {
         for socket in self.sockets.values_mut() {
             socket
                 .listeners
-                .sort_by(|a, b| a.hostname.specificity().cmp(&b.hostname.specificity()));
+                .sort_by_key(|listener| listener.hostname.specificity());
             for listener in &mut socket.listeners {
                 listener.rules.sort();
             }
@@ -532,12 +529,12 @@ mod tests {
         }
     }
 
-    fn precedence(m: &RequestMatch, created: &str, route: &str, rule: usize) -> RulePrecedence {
-        RulePrecedence::of(m, created, &Arc::from(route), (rule, 0))
+    fn precedence(m: &RequestMatch, age_rank: usize, rule: usize) -> RulePrecedence {
+        RulePrecedence::of(m, age_rank, (rule, 0))
     }
 
     #[test]
-    fn precedence_orders_path_then_method_headers_query_age_name_rule() {
+    fn precedence_orders_path_then_method_headers_query_age_rule() {
         let exact = request_match(PathMatch::exact("/a"));
         let long = request_match(PathMatch::prefix("/a/b"));
         let short = request_match(PathMatch::prefix("/a"));
@@ -551,15 +548,14 @@ mod tests {
         let mut with_query = request_match(PathMatch::prefix("/a"));
         with_query.query = vec![("q".into(), ValueCondition::Exact("1".into()))];
         let ordered = [
-            precedence(&exact, "2030", "z/z", 9),
-            precedence(&long, "2030", "z/z", 9),
-            precedence(&with_method, "2030", "z/z", 9),
-            precedence(&with_header, "2030", "z/z", 9),
-            precedence(&with_query, "2030", "z/z", 9),
-            precedence(&short, "2020", "z/z", 9),
-            precedence(&short, "2030", "a/a", 9),
-            precedence(&short, "2030", "z/z", 0),
-            precedence(&short, "2030", "z/z", 1),
+            precedence(&exact, 5, 9),
+            precedence(&long, 5, 9),
+            precedence(&with_method, 5, 9),
+            precedence(&with_header, 5, 9),
+            precedence(&with_query, 5, 9),
+            precedence(&short, 1, 9),
+            precedence(&short, 5, 0),
+            precedence(&short, 5, 1),
         ];
         for pair in ordered.windows(2) {
             assert!(pair[0] < pair[1], "{:?} before {:?}", pair[0], pair[1]);

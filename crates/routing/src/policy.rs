@@ -3,6 +3,7 @@
 //! A policy is plain data compiled from annotations. It belongs to a route, not to a backend,
 //! because two Ingresses may send to the same Service port with different settings.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
@@ -51,9 +52,87 @@ pub struct RoutePolicy {
     /// `proxy-connect-timeout`, `proxy-send-timeout`, `proxy-read-timeout`; `None` keeps the
     /// proxy-wide setting.
     pub timeouts: UpstreamTimeouts,
+    /// The filters of a Gateway API route rule and backendRef.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Arc<GatewayFilters>>,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
+}
+
+/// The HTTPRoute filters sluice applies itself: header modifiers, redirect and rewrite.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GatewayFilters {
+    /// `RequestHeaderModifier`: what the pod gets.
+    pub request_headers: HeaderChanges,
+    /// `ResponseHeaderModifier`: what the client gets.
+    pub response_headers: HeaderChanges,
+    /// `RequestRedirect`: the proxy answers.
+    pub redirect: Option<GatewayRedirect>,
+    /// `URLRewrite`: the Host the pod gets.
+    pub rewrite_host: Option<String>,
+    /// `URLRewrite`: the path the pod gets.
+    pub rewrite_path: Option<PathChange>,
+}
+
+/// Headers set (replacing), added (appended) and removed, as a HeaderModifier filter lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HeaderChanges {
+    pub set: Vec<(String, String)>,
+    pub add: Vec<(String, String)>,
+    pub remove: Vec<String>,
+}
+
+impl HeaderChanges {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// A `RequestRedirect` filter: each part left out keeps the request's own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GatewayRedirect {
+    pub status: u16,
+    pub scheme: Option<String>,
+    pub hostname: Option<String>,
+    pub port: Option<u16>,
+    pub path: Option<PathChange>,
+}
+
+/// How a redirect or rewrite changes the path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum PathChange {
+    /// `ReplaceFullPath`.
+    Full(String),
+    /// `ReplacePrefixMatch`: the part the route's prefix matched is replaced.
+    Prefix(String),
+}
+
+impl PathChange {
+    /// The new path for `path`, which the route's `matched` prefix matched (`None` for
+    /// other kinds of match: the whole path is replaced).
+    pub fn apply(&self, path: &str, matched: Option<&str>) -> String {
+        match self {
+            Self::Full(full) => full.clone(),
+            Self::Prefix(replacement) => {
+                let prefix = matched.unwrap_or(path).trim_end_matches('/');
+                let rest = path.get(prefix.len()..).unwrap_or_default();
+                join_path(replacement, rest)
+            }
+        }
+    }
+}
+
+/// `replacement` followed by the unmatched rest of a path (`""` or starting with `/`), with
+/// exactly one `/` between them and never an empty path.
+fn join_path(replacement: &str, rest: &str) -> String {
+    let head = replacement.trim_end_matches('/');
+    match (head.is_empty(), rest.is_empty()) {
+        (true, true) => "/".to_owned(),
+        (_, true) if replacement.ends_with('/') && !head.is_empty() => format!("{head}/"),
+        (_, true) => replacement.to_owned(),
+        _ => format!("{head}{rest}"),
+    }
 }
 
 /// ingress-nginx's `default-backend` and `custom-http-errors`: a Service that serves the

@@ -60,6 +60,13 @@ pub struct ClassArgs {
     /// Also serve Ingresses that name no class.
     #[arg(long)]
     pub watch_ingress_without_class: bool,
+    /// Serve the Gateway API GatewayClasses whose spec.controllerName is this, and their
+    /// Gateways.
+    #[arg(long, default_value = sluice_config::DEFAULT_GATEWAY_CONTROLLER, value_name = "NAME")]
+    pub gateway_controller_name: String,
+    /// Where the listeners of a Gateway that names no IPAddress in spec.addresses are bound.
+    #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
+    pub gateway_address: std::net::IpAddr,
 }
 
 impl ClassArgs {
@@ -68,6 +75,8 @@ impl ClassArgs {
             ingress_class: self.ingress_class.clone(),
             watch_without_class: self.watch_ingress_without_class,
             default_certificate: None,
+            gateway_controller: self.gateway_controller_name.clone(),
+            gateway_address: self.gateway_address,
         }
     }
 }

@@ -148,6 +148,11 @@ pub(super) enum BackendField {
     DefaultBackendAnnotation {
         prefix: usize,
     },
+    /// A backendRef of a Gateway API route rule.
+    RouteBackend {
+        rule: usize,
+        backend: usize,
+    },
 }
 
 /// The field of the `default-backend` annotation written under the prefix of rank `prefix`.
@@ -165,6 +170,10 @@ impl BackendField {
                 format!("spec.rules[{rule}].http.paths[{path}].backend{suffix}")
             }
             Self::DefaultBackendAnnotation { prefix } => default_backend_field(prefix),
+            Self::RouteBackend { rule, backend } => {
+                let suffix = suffix.strip_prefix(".service").unwrap_or(suffix);
+                format!("spec.rules[{rule}].backendRefs[{backend}]{suffix}")
+            }
         }
     }
 }
@@ -175,8 +184,21 @@ pub(super) struct ServiceReference<'a> {
     pub service: &'a IngressServiceBackend,
     pub field: BackendField,
     pub ingress: &'a ObjectKey,
+    /// `Ingress`, or the Gateway API route kind that refers to the Service.
+    pub owner_kind: &'static str,
     /// The Ingress carries a service-upstream annotation.
     pub service_upstream: bool,
+}
+
+impl ServiceReference<'_> {
+    /// The object that refers to the Service, for diagnostics.
+    fn owner(&self) -> ObjectRef {
+        ObjectRef::new(
+            self.owner_kind,
+            Some(&self.ingress.namespace),
+            &self.ingress.name,
+        )
+    }
 }
 
 /// A resolved Service reference: the backend and what the route policy needs from the Service.
@@ -223,7 +245,6 @@ pub(super) fn resolve<'s>(
     let ServiceReference {
         namespace,
         service: target,
-        ingress,
         field,
         ..
     } = *reference;
@@ -231,7 +252,7 @@ pub(super) fn resolve<'s>(
     let service_ref = || ObjectRef::new("Service", Some(namespace), &target.name);
     let Some(service) = services.get(namespace, &target.name) else {
         diagnostics.error(
-            &ObjectRef::ingress(ingress),
+            &reference.owner(),
             field.at(".service.name"),
             format!(
                 "Service {namespace}/{} not found; requests to this backend answer 503",
@@ -263,7 +284,7 @@ pub(super) fn resolve<'s>(
     let id = backend_id(namespace, &target.name, &port_text, mode);
     let Some(port) = find_port(service, reference) else {
         diagnostics.error(
-            &ObjectRef::ingress(ingress),
+            &reference.owner(),
             field.at(".service.port"),
             format!(
                 "Service {namespace}/{} has no port {port_text} (it has: {}); requests to this backend answer 503",
@@ -279,7 +300,7 @@ pub(super) fn resolve<'s>(
     let new_backend = !builder.has_backend(&id);
     if new_backend || mode == BackendMode::ServiceUpstream {
         let upstream_object = if reference.service_upstream {
-            ObjectRef::ingress(ingress)
+            reference.owner()
         } else {
             service_ref()
         };
@@ -346,7 +367,7 @@ fn port_text<'r>(
         (None, Some(name)) if !name.is_empty() => Some(Cow::Borrowed(name)),
         _ => {
             diagnostics.error(
-                &ObjectRef::ingress(reference.ingress),
+                &reference.owner(),
                 reference.field.at(".service.port"),
                 "must set number or name; route dropped",
             );

@@ -26,6 +26,7 @@ use super::backend::{
     BackendField, EndpointResolver, EndpointSource, EndpointSources, ServiceIndex,
 };
 use super::class::ClassFilter;
+use super::gateway::{compile_gateways, GatewayInputs, GatewaySinks};
 use super::tls::{IngressTls, SecretCache, TlsEntry, TlsMerge};
 use super::{compile_ingress, oldest_first, path_field, CompileOptions, Compiled, Inputs};
 use crate::annotations::{ingress_annotations, IngressAnnotations, SiteAnnotations};
@@ -208,7 +209,6 @@ impl IncrementalCompiler {
             self.classes = snapshot.ingress_classes.clone();
         }
         let mut class_diagnostics = Diagnostics::default();
-        crate::gateway::report_unserved(snapshot, &mut class_diagnostics);
         let classes = ClassFilter::new(
             snapshot,
             &self.options.ingress_class,
@@ -238,7 +238,15 @@ impl IncrementalCompiler {
                 .retain(|key, _| snapshot.ingresses.contains_key(key));
         }
         self.secrets.refresh(snapshot);
-        self.merge(snapshot, &order, class_diagnostics)
+        let controller = self.options.gateway_controller.clone();
+        let gateways = GatewayInputs {
+            snapshot,
+            controller: &controller,
+            default_address: self.options.gateway_address,
+            services: &services,
+            endpoints,
+        };
+        self.merge(snapshot, &order, class_diagnostics, &gateways)
     }
 
     /// Combines the fragments in age order: the oldest claim to a host and path wins, and the
@@ -249,6 +257,7 @@ impl IncrementalCompiler {
         snapshot: &Snapshot,
         order: &[(&ObjectKey, &Ingress)],
         diagnostics: Diagnostics,
+        gateways: &GatewayInputs<'_>,
     ) -> Compiled {
         let mut tls = TlsMerge::new(&mut self.secrets, snapshot);
         let mut merge = Merge {
@@ -293,11 +302,18 @@ impl IncrementalCompiler {
         merge.add_other_names(&fragments);
         merge.add_canaries(&fragments);
         self.regexes = merge.regexes_used;
+        let sinks = GatewaySinks {
+            builder: &mut merge.builder,
+            endpoint_sources: &mut merge.endpoint_sources,
+            diagnostics: &mut merge.diagnostics,
+        };
+        let gateways = compile_gateways(gateways, sinks);
         Compiled {
             table: merge.builder.build(),
             diagnostics: merge.diagnostics.into_sorted(),
             endpoint_sources: merge.endpoint_sources,
             served,
+            gateways,
         }
     }
 }

@@ -4,6 +4,7 @@ mod auth;
 mod backend;
 mod class;
 mod endpoint_cache;
+mod gateway;
 mod incremental;
 mod policy;
 mod tls;
@@ -20,6 +21,7 @@ use sluice_routing::{
 
 use crate::annotations::{ingress_policy, IngressAnnotations, IngressPolicy, ServiceUpstream};
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
+use crate::gateway::status::GatewayReport;
 use crate::snapshot::{ObjectKey, Snapshot};
 use backend::{resolve, BackendField, BackendSink, ServiceIndex, ServiceReference};
 use incremental::{Fragment, FragmentRoute, RecordingResolver, Version};
@@ -36,6 +38,7 @@ pub use backend::{
 };
 pub use class::CONTROLLER;
 pub use endpoint_cache::EndpointCache;
+pub use gateway::{DEFAULT_GATEWAY_CONTROLLER, SUPPORTED_FEATURES};
 pub use tls::TLS_SECRET_TYPE;
 
 /// What the compiler is told from the command line.
@@ -48,6 +51,11 @@ pub struct CompileOptions {
     /// The Secret whose certificate a handshake gets when no TLS host matches
     /// (`--default-certificate`).
     pub default_certificate: Option<ObjectKey>,
+    /// The `controllerName` of the GatewayClasses served (`--gateway-controller-name`).
+    pub gateway_controller: String,
+    /// Where the listeners of a Gateway without `spec.addresses` are bound
+    /// (`--gateway-address`).
+    pub gateway_address: std::net::IpAddr,
 }
 
 impl Default for CompileOptions {
@@ -56,6 +64,8 @@ impl Default for CompileOptions {
             ingress_class: "sluice".to_owned(),
             watch_without_class: false,
             default_certificate: None,
+            gateway_controller: DEFAULT_GATEWAY_CONTROLLER.to_owned(),
+            gateway_address: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         }
     }
 }
@@ -69,6 +79,8 @@ pub struct Compiled {
     pub endpoint_sources: EndpointSources,
     /// The Ingresses this sluice serves (class matched), for status updates.
     pub served: Vec<ObjectKey>,
+    /// The status of the Gateway API objects this sluice serves.
+    pub gateways: GatewayReport,
 }
 
 /// Compiles a snapshot into a routing table. Pure and deterministic: no I/O, and the same
@@ -468,6 +480,7 @@ impl<'a> Compiler<'a, '_> {
             service,
             field,
             ingress: current.key,
+            owner_kind: "Ingress",
             service_upstream: current.service_upstream == ServiceUpstream::On,
         };
         let found = self.services.get(&current.key.namespace, &service.name);
@@ -486,6 +499,7 @@ impl<'a> Compiler<'a, '_> {
         }
         let ingress = IngressSide {
             key: current.key,
+            kind: "Ingress",
             policy: current.policy,
             service_upstream: current.service_upstream,
             base: &current.base,
@@ -507,6 +521,8 @@ fn path_field(field: BackendField, suffix: &str) -> String {
             format!("spec.rules[{rule}].http.paths[{path}]{suffix}")
         }
         BackendField::Default => format!("spec.defaultBackend{suffix}"),
-        BackendField::DefaultBackendAnnotation { .. } => field.at(""),
+        BackendField::DefaultBackendAnnotation { .. } | BackendField::RouteBackend { .. } => {
+            field.at("")
+        }
     }
 }

@@ -18,10 +18,18 @@ const SINGLE_BACKEND: &str = "ignored: service-upstream sends to a single Cluste
 /// What one Ingress brings to the policies of its routes.
 pub(super) struct IngressSide<'a> {
     pub key: &'a ObjectKey,
+    /// `Ingress`, or the Gateway API route kind whose rules reuse these policies.
+    pub kind: &'static str,
     pub policy: &'a IngressPolicy,
     pub service_upstream: ServiceUpstream,
     /// `policy.route` behind an `Arc`: the policy of every route the Service does not change.
     pub base: &'a Arc<RoutePolicy>,
+}
+
+impl IngressSide<'_> {
+    fn object(&self) -> ObjectRef {
+        ObjectRef::new(self.kind, Some(&self.key.namespace), &self.key.name)
+    }
 }
 
 /// The Service a route sends to, by namespace and name.
@@ -50,7 +58,7 @@ pub(super) fn route_policy(
     if let UpstreamProtocol::Tls(tls) = &upstream {
         if tls.verify_roots.is_none() {
             diagnostics.info(
-                &ObjectRef::ingress(ingress.key),
+                &ingress.object(),
                 annotation_field("nginx.ingress.kubernetes.io/proxy-ssl-verify"),
                 format!("the pods of Service {} are spoken to over TLS without verifying their certificates (proxy-ssl-verify is off, as in ingress-nginx); set proxy-ssl-verify: \"on\" and proxy-ssl-secret to verify them", service.name),
             );
@@ -140,7 +148,7 @@ fn service_sticky(
         return Some(cookie.clone());
     };
     diagnostics.info(
-        &ObjectRef::ingress(ingress.key),
+        &ingress.object(),
         field.clone(),
         format!(
             "takes precedence over the sticky cookie {STICKY_COOKIE} of Service {}/{} for this Ingress's routes",
@@ -159,7 +167,7 @@ fn fallback(
     diagnostics: &mut Diagnostics,
 ) -> Option<Endpoint> {
     let object = if ingress.service_upstream == ServiceUpstream::Fallback {
-        ObjectRef::ingress(ingress.key)
+        ingress.object()
     } else if backend.wishes.service_upstream == ServiceUpstream::Fallback {
         service.object()
     } else {
@@ -192,7 +200,7 @@ fn service_upstream_policy(
     service: ServiceName<'_>,
     diagnostics: &mut Diagnostics,
 ) -> Arc<RoutePolicy> {
-    let ingress_object = || ObjectRef::ingress(ingress.key);
+    let ingress_object = || ingress.object();
     for field in &ingress.policy.endpoint_choice {
         diagnostics.warning(&ingress_object(), field.clone(), SINGLE_BACKEND);
     }
@@ -201,8 +209,8 @@ fn service_upstream_policy(
             &service.object(),
             annotation_field(STICKY_COOKIE),
             format!(
-                "{SINGLE_BACKEND} (for Ingress {}/{})",
-                ingress.key.namespace, ingress.key.name
+                "{SINGLE_BACKEND} (for {} {}/{})",
+                ingress.kind, ingress.key.namespace, ingress.key.name
             ),
         );
     }
@@ -232,12 +240,12 @@ fn fallback_ignored(
 ) {
     let field = || annotation_field(SLUICE_SERVICE_UPSTREAM);
     if ingress.service_upstream == ServiceUpstream::Fallback {
-        diagnostics.warning(&ObjectRef::ingress(ingress.key), field(), reason);
+        diagnostics.warning(&ingress.object(), field(), reason);
     }
     if backend.wishes.service_upstream == ServiceUpstream::Fallback {
         let message = format!(
-            "{reason} (for Ingress {}/{})",
-            ingress.key.namespace, ingress.key.name
+            "{reason} (for {} {}/{})",
+            ingress.kind, ingress.key.namespace, ingress.key.name
         );
         diagnostics.warning(&service.object(), field(), message);
     }

@@ -129,6 +129,9 @@ pub struct ClientInfo {
     pub server: SocketAddr,
     /// The TLS session, on the TLS listener.
     pub tls: Option<Arc<TlsInfo>>,
+    /// On a Gateway listener's socket: the address it is bound on, which selects the
+    /// Gateway listeners whose routes the request is matched against.
+    pub gateway_socket: Option<SocketAddr>,
 }
 
 /// A listener's protocol options and client limits.
@@ -148,6 +151,8 @@ pub struct ListenerOptions {
     pub grace_period: Duration,
     /// Where the listener counts its connections and handshakes.
     pub metrics: ListenerMetrics,
+    /// Set on a Gateway listener's socket: its bound address (see [`ClientInfo`]).
+    pub gateway_socket: Option<SocketAddr>,
 }
 
 impl Default for ListenerOptions {
@@ -162,6 +167,7 @@ impl Default for ListenerOptions {
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             grace_period: Duration::from_secs(30),
             metrics: ListenerMetrics::default(),
+            gateway_socket: None,
         }
     }
 }
@@ -426,6 +432,7 @@ async fn client_info(
         client: peer,
         server,
         tls: None,
+        gateway_socket: options.gateway_socket,
     };
     if !options.proxy_protocol {
         return Some((info, Bytes::new()));

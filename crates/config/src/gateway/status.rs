@@ -1,0 +1,177 @@
+//! The Gateway API status sluice computes for the objects it serves: conditions as the spec names them, per GatewayClass, Gateway, listener and route parent.
+//!
+//! The report is plain data from the compile. `sluice check` and `/api/gateways` show it; in a
+//! cluster the leader writes it to the objects' `status`.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::types::{ParentReference, RouteGroupKind};
+
+/// One status condition, as `metav1.Condition` carries it (without the transition time,
+/// which the writer adds).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub condition_type: String,
+    /// `True` or `False`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub observed_generation: i64,
+}
+
+impl Condition {
+    pub fn new(
+        condition_type: &str,
+        holds: bool,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            condition_type: condition_type.to_owned(),
+            status: if holds { "True" } else { "False" }.to_owned(),
+            reason: reason.to_owned(),
+            message: message.into(),
+            observed_generation: 0,
+        }
+    }
+
+    pub fn holds(&self) -> bool {
+        self.status == "True"
+    }
+}
+
+/// Sets the generation every condition of a list was computed from.
+pub(crate) fn observed(mut conditions: Vec<Condition>, generation: Option<i64>) -> Vec<Condition> {
+    for condition in &mut conditions {
+        condition.observed_generation = generation.unwrap_or(0);
+    }
+    conditions
+}
+
+/// The status of every Gateway API object this sluice serves.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayReport {
+    pub classes: Vec<ClassStatus>,
+    pub gateways: Vec<GatewayStatus>,
+    pub routes: Vec<RouteStatus>,
+}
+
+impl GatewayReport {
+    /// Marks the listeners whose socket could not be bound: `Accepted=False`,
+    /// `reason=PortUnavailable`, not programmed; a Gateway left with no programmed listener
+    /// is not programmed either.
+    pub fn mark_unbound(&mut self, unbound: &[(SocketAddr, String)]) {
+        for gateway in &mut self.gateways {
+            let generation = gateway.generation;
+            let mut marked = false;
+            for listener in &mut gateway.listeners {
+                let failed = listener
+                    .sockets
+                    .iter()
+                    .find_map(|socket| unbound.iter().find(|(s, _)| s == socket));
+                let Some((socket, why)) = failed else {
+                    continue;
+                };
+                let message = format!("cannot listen on {socket}: {why}");
+                listener.set(
+                    Condition::new("Accepted", false, "PortUnavailable", &message),
+                    generation,
+                );
+                listener.set(
+                    Condition::new("Programmed", false, "Invalid", &message),
+                    generation,
+                );
+                marked = true;
+            }
+            let none_programmed = !gateway.listeners.iter().any(|l| l.is("Programmed"));
+            if marked && none_programmed {
+                let condition =
+                    Condition::new("Programmed", false, "Invalid", "no listener could be bound");
+                set(&mut gateway.conditions, condition, generation);
+            }
+        }
+    }
+}
+
+/// Replaces the condition of the same type, or adds it.
+fn set(conditions: &mut Vec<Condition>, mut condition: Condition, generation: Option<i64>) {
+    condition.observed_generation = generation.unwrap_or(0);
+    match conditions
+        .iter_mut()
+        .find(|c| c.condition_type == condition.condition_type)
+    {
+        Some(existing) => *existing = condition,
+        None => conditions.push(condition),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassStatus {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    pub conditions: Vec<Condition>,
+    /// The feature names sluice passes, sorted, as `status.supportedFeatures[].name`.
+    pub supported_features: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayStatus {
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    pub conditions: Vec<Condition>,
+    pub listeners: Vec<ListenerStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerStatus {
+    pub name: String,
+    pub supported_kinds: Vec<RouteGroupKind>,
+    pub attached_routes: u32,
+    pub conditions: Vec<Condition>,
+    /// Where the listener is bound (not part of the Kubernetes status).
+    pub sockets: Vec<SocketAddr>,
+}
+
+impl ListenerStatus {
+    fn set(&mut self, condition: Condition, generation: Option<i64>) {
+        set(&mut self.conditions, condition, generation);
+    }
+
+    /// Whether the condition of this type holds.
+    pub fn is(&self, condition_type: &str) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.condition_type == condition_type && c.holds())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteStatus {
+    /// `HTTPRoute` or `GRPCRoute`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    pub parents: Vec<ParentStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentStatus {
+    pub parent_ref: ParentReference,
+    pub controller_name: String,
+    pub conditions: Vec<Condition>,
+}
