@@ -171,10 +171,11 @@ impl Admin {
             "/api/status" => status(control),
             "/api/backends" => backends(control),
             "/api/diagnostics" => diagnostics(control),
+            "/api/gateways" => gateways(control),
             "/metrics" => metrics(control, request),
             _ => text(
                 StatusCode::NOT_FOUND,
-                "not found; try / (the dashboard), /healthz, /readyz, /metrics, /api/routes, /api/backends, /api/status, /api/diagnostics or /log-level\n",
+                "not found; try / (the dashboard), /healthz, /readyz, /metrics, /api/routes, /api/backends, /api/status, /api/diagnostics, /api/gateways or /log-level\n",
             ),
         }
     }
@@ -266,6 +267,21 @@ fn diagnostics(control: &ControlPlane) -> Response<Full<Bytes>> {
     json(&DiagnosticsResponse {
         generation: status.generation,
         diagnostics: &status.diagnostics,
+    })
+}
+
+/// `/api/gateways`: the Gateway API status, with listeners whose socket could not be bound
+/// marked `PortUnavailable`.
+fn gateways(control: &ControlPlane) -> Response<Full<Bytes>> {
+    #[derive(Serialize)]
+    struct GatewaysResponse {
+        generation: u64,
+        #[serde(flatten)]
+        report: sluice_config::gateway::status::GatewayReport,
+    }
+    json(&GatewaysResponse {
+        generation: control.status().generation,
+        report: control.gateway_report(),
     })
 }
 

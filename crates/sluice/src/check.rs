@@ -1,4 +1,4 @@
-//! `sluice check`: parse and compile a manifest directory, print the route table, every diagnostic and (asked) the migration report, and fail on errors.
+//! `sluice check`: parse and compile a manifest directory, print the route table, the Gateway API status, every diagnostic and (asked) the migration report, and fail on errors.
 
 use sluice_config::migration::{migration_report, render_report};
 use sluice_config::{compile, Severity};
@@ -23,6 +23,11 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
     );
     print!("{}", TableView::of(&compiled.table));
     println!();
+    if !compiled.gateways.is_empty() {
+        println!("Gateway API status (as the leader would write it):");
+        print!("{}", compiled.gateways);
+        println!();
+    }
     if diagnostics.is_empty() {
         println!("Diagnostics: none");
     } else {

@@ -215,6 +215,7 @@ impl ProxyArgs {
             max_concurrent_streams: self.max_concurrent_streams,
             grace_period,
             metrics: ListenerMetrics::default(),
+            gateway_socket: None,
         }
     }
 }

@@ -1,12 +1,14 @@
 //! The control plane's state: compile snapshots, publish the table when it changed, swap endpoint cells, and keep what the admin API reports.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
+use sluice_config::gateway::status::GatewayReport;
 use sluice_config::{
     CompileOptions, Diagnostic, EndpointResolver, EndpointSources, IncrementalCompiler, ObjectKey,
     Severity, SliceIndex, Snapshot,
@@ -15,6 +17,7 @@ use sluice_proxy::TableHandle;
 use sluice_routing::{BackendId, EndpointSet};
 use sluice_sources::kubernetes::{WatchRegistry, WatchReport};
 use sluice_sources::Load;
+use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 
@@ -25,6 +28,9 @@ pub struct Status {
     pub diagnostics: Vec<Diagnostic>,
     /// How many tables have been published.
     pub generation: u64,
+    /// The status of the Gateway API objects served, as compiled (before sockets are bound).
+    #[serde(skip)]
+    pub gateways: GatewayReport,
 }
 
 /// When something last happened and how long it took.
@@ -101,6 +107,11 @@ pub struct ControlPlane {
     metrics: Arc<Metrics>,
     activity: Mutex<Activity>,
     watches: OnceLock<Arc<WatchRegistry>>,
+    /// The Gateway sockets the published table serves (address, TLS), for the listener
+    /// manager.
+    gateway_sockets: watch::Sender<Vec<(SocketAddr, bool)>>,
+    /// Gateway sockets that could not be bound, and why.
+    unbound: Mutex<Vec<(SocketAddr, String)>>,
 }
 
 impl ControlPlane {
@@ -116,11 +127,35 @@ impl ControlPlane {
             draining: AtomicBool::new(false),
             activity: Mutex::new(Activity::default()),
             watches: OnceLock::new(),
+            gateway_sockets: watch::Sender::new(Vec::new()),
+            unbound: Mutex::new(Vec::new()),
         })
     }
 
     pub fn table(&self) -> &TableHandle {
         &self.table
+    }
+
+    /// The Gateway sockets the published table serves, as they change.
+    pub fn gateway_sockets(&self) -> watch::Receiver<Vec<(SocketAddr, bool)>> {
+        self.gateway_sockets.subscribe()
+    }
+
+    /// Records which Gateway sockets could not be bound (replacing the last record).
+    pub fn set_unbound(&self, unbound: Vec<(SocketAddr, String)>) {
+        if let Ok(mut current) = self.unbound.lock() {
+            *current = unbound;
+        }
+    }
+
+    /// The Gateway API status: as compiled, with the listeners whose socket could not be
+    /// bound marked `PortUnavailable`.
+    pub fn gateway_report(&self) -> GatewayReport {
+        let mut report = self.status.load().gateways.clone();
+        if let Ok(unbound) = self.unbound.lock() {
+            report.mark_unbound(&unbound);
+        }
+        report
     }
 
     pub fn status(&self) -> Arc<Status> {
@@ -197,6 +232,12 @@ impl ControlPlane {
         self.log_new(&diagnostics);
         let changed = !self.is_ready() || *self.table.load() != compiled.table;
         if changed {
+            let sockets = compiled.table.gateways().addresses();
+            self.gateway_sockets.send_if_modified(|current| {
+                let modified = *current != sockets;
+                *current = sockets;
+                modified
+            });
             self.table.publish(compiled.table);
             self.metrics.publishes.inc();
             let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
@@ -210,6 +251,7 @@ impl ControlPlane {
         self.status.store(Arc::new(Status {
             diagnostics,
             generation,
+            gateways: compiled.gateways,
         }));
         self.ready.store(true, Ordering::Release);
         Published {

@@ -7,6 +7,7 @@ mod control;
 mod demo;
 mod drill;
 mod events;
+mod gateway_listeners;
 mod kube_source;
 mod logging;
 mod metrics;

@@ -167,6 +167,15 @@ impl Server {
             }
             None => None,
         };
+        let gateway_task = tokio::spawn(crate::gateway_listeners::run(
+            control.clone(),
+            proxy_handler.clone(),
+            ListenerOptions {
+                metrics: metrics.connections.listener("gateway"),
+                ..config.listener.clone()
+            },
+            shutdown.clone(),
+        ));
         let admin = Arc::new(admin::Admin::new(
             control.clone(),
             config.observe.admin_token.clone(),
@@ -202,6 +211,7 @@ impl Server {
         if let Some(task) = tls_task {
             task.await.context("TLS listener task failed")?;
         }
+        gateway_task.await.context("Gateway listener task failed")?;
         // WebSocket tunnels end by the end of the grace period (counted from the listeners
         // stopping, which has passed): wait for them, with a margin for their close.
         let tunnels = proxy.tunnels_closed();
@@ -307,10 +317,9 @@ const TUNNEL_CLOSE_MARGIN: Duration = Duration::from_secs(1);
 /// How soon a reload that failed is tried again.
 const RELOAD_RETRY: Duration = Duration::from_secs(1);
 
-/// Fails readiness once the shutdown starts draining.
 /// A listening socket with room for a burst of new connections: a backlog of 1,024 (the
 /// standard library's is 128; nginx's 511), and the address reusable at once after a restart.
-fn bind_listener(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) fn bind_listener(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     let socket = match address {
         std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
         std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
@@ -320,6 +329,7 @@ fn bind_listener(address: std::net::SocketAddr) -> std::io::Result<TcpListener> 
     socket.listen(1024)
 }
 
+/// Fails readiness once the shutdown starts draining.
 async fn mark_draining(shutdown: ShutdownSignal, control: Arc<ControlPlane>) {
     shutdown.draining().await;
     control.set_draining();

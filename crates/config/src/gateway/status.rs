@@ -175,3 +175,76 @@ pub struct ParentStatus {
     pub controller_name: String,
     pub conditions: Vec<Condition>,
 }
+
+/// `Accepted=True (Accepted), Programmed=False (Invalid: why)`.
+fn conditions_text(conditions: &[Condition]) -> String {
+    let one = |c: &Condition| match c.holds() {
+        true => format!("{}={} ({})", c.condition_type, c.status, c.reason),
+        false => format!(
+            "{}={} ({}: {})",
+            c.condition_type, c.status, c.reason, c.message
+        ),
+    };
+    conditions.iter().map(one).collect::<Vec<_>>().join(", ")
+}
+
+/// The report as `sluice check` prints it: one line per object, listener and route parent.
+impl std::fmt::Display for GatewayReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for class in &self.classes {
+            writeln!(
+                f,
+                "GatewayClass {}: {}",
+                class.name,
+                conditions_text(&class.conditions)
+            )?;
+        }
+        for gateway in &self.gateways {
+            let conditions = conditions_text(&gateway.conditions);
+            writeln!(
+                f,
+                "Gateway {}/{}: {conditions}",
+                gateway.namespace, gateway.name
+            )?;
+            for listener in &gateway.listeners {
+                let sockets: Vec<String> =
+                    listener.sockets.iter().map(ToString::to_string).collect();
+                writeln!(
+                    f,
+                    "  listener {} on {}: {} attached route(s); {}",
+                    listener.name,
+                    sockets.join(", "),
+                    listener.attached_routes,
+                    conditions_text(&listener.conditions)
+                )?;
+            }
+        }
+        for route in &self.routes {
+            for parent in &route.parents {
+                let reference = &parent.parent_ref;
+                let section = reference
+                    .section_name
+                    .as_deref()
+                    .map(|s| format!(" listener {s}"))
+                    .unwrap_or_default();
+                writeln!(
+                    f,
+                    "{} {}/{} on Gateway {}/{}{section}: {}",
+                    route.kind,
+                    route.namespace,
+                    route.name,
+                    reference.namespace.as_deref().unwrap_or(&route.namespace),
+                    reference.name,
+                    conditions_text(&parent.conditions)
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GatewayReport {
+    pub fn is_empty(&self) -> bool {
+        self.classes.is_empty() && self.gateways.is_empty() && self.routes.is_empty()
+    }
+}

@@ -1,0 +1,96 @@
+//! Gateway listener sockets: binds each socket the published table serves, closes those it no longer serves, and records the ones that cannot be bound.
+//!
+//! Listeners that share an address and port share one socket: the table merges them by
+//! hostname. A socket that cannot be bound (the port is taken, the address is not local) is
+//! reported to the control plane, which marks its listeners `Accepted=False,
+//! reason=PortUnavailable`; the other sockets serve. A socket dropped from the table stops
+//! accepting at once and its connections finish under the grace period, as at shutdown.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::{Body, Incoming};
+use sluice_proxy::{serve, ClientInfo, ListenerOptions, ShutdownSignal, ShutdownTrigger};
+use tokio::task::JoinHandle;
+
+use crate::control::ControlPlane;
+use crate::serve::bind_listener;
+
+/// How soon a socket that could not be bound is tried again.
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// One bound Gateway socket: its own stop, and its task.
+struct BoundSocket {
+    stop: ShutdownTrigger,
+    task: JoinHandle<()>,
+}
+
+/// Keeps the bound Gateway sockets equal to the published table's until `shutdown` stops
+/// serving, then stops them all and waits for their connections to finish.
+pub(crate) async fn run<F, Fut, B>(
+    control: Arc<ControlPlane>,
+    handler: F,
+    options: ListenerOptions,
+    shutdown: ShutdownSignal,
+) where
+    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut wanted = control.gateway_sockets();
+    let mut bound: BTreeMap<SocketAddr, BoundSocket> = BTreeMap::new();
+    let stop = shutdown.wait();
+    tokio::pin!(stop);
+    loop {
+        let sockets = wanted.borrow_and_update().clone();
+        let mut unbound = Vec::new();
+        bound.retain(|address, socket| {
+            let keep = sockets.iter().any(|(wanted, _)| wanted == address);
+            if !keep {
+                tracing::info!(%address, "Gateway socket no longer served; closing it");
+                socket.stop.stop();
+            }
+            keep
+        });
+        for (address, _tls) in sockets {
+            if bound.contains_key(&address) {
+                continue;
+            }
+            match bind_listener(address) {
+                Ok(listener) => {
+                    tracing::info!(%address, "Gateway socket bound");
+                    let (stop, signal) = ShutdownSignal::new();
+                    let socket_options = ListenerOptions {
+                        gateway_socket: Some(address),
+                        ..options.clone()
+                    };
+                    let task =
+                        tokio::spawn(serve(listener, handler.clone(), signal, socket_options));
+                    bound.insert(address, BoundSocket { stop, task });
+                }
+                Err(error) => {
+                    tracing::warn!(%address, %error, "cannot bind a Gateway listener's socket");
+                    unbound.push((address, error.to_string()));
+                }
+            }
+        }
+        let retry = !unbound.is_empty();
+        control.set_unbound(unbound);
+        tokio::select! {
+            changed = wanted.changed() => if changed.is_err() { break },
+            () = tokio::time::sleep(BIND_RETRY), if retry => {}
+            () = &mut stop => break,
+        }
+    }
+    for socket in bound.values() {
+        socket.stop.stop();
+    }
+    for (_, socket) in bound {
+        let _ = socket.task.await;
+    }
+}

@@ -1,0 +1,371 @@
+//! Gateway API through the real binary: each listener of a served Gateway is its own socket, HTTPRoutes match and filter as the spec says, weights split traffic, and status shows in `/api/gateways` and `sluice check`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_testkit::{get, http_client, send, EchoBackend, RawBackend};
+use support::{free_port, pod_ip, run_check, service, wait_until, write_manifest, Sluice};
+
+/// The address a test's Gateway names in `spec.addresses`.
+fn gateway_ip(n: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 3, n))
+}
+
+/// A GatewayClass of sluice's controller and a Gateway `gw` at `ip` with these listeners
+/// (`name`, `port`, `hostname` or empty), each taking routes from its own namespace.
+fn gateway(ip: IpAddr, listeners: &[(&str, u16, &str)]) -> String {
+    let mut yaml = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: sluice}}\nspec: {{controllerName: sluice.dev/gateway-controller}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw}}\nspec:\n  gatewayClassName: sluice\n  addresses: [{{type: IPAddress, value: \"{ip}\"}}]\n  listeners:\n"
+    );
+    for (name, port, hostname) in listeners {
+        yaml.push_str(&format!("  - {{name: {name}, port: {port}, protocol: HTTP"));
+        if !hostname.is_empty() {
+            yaml.push_str(&format!(", hostname: \"{hostname}\""));
+        }
+        yaml.push_str("}\n");
+    }
+    yaml
+}
+
+/// An HTTPRoute `name` attached to Gateway `gw`, with `spec` (YAML, indented two spaces)
+/// after its parentRefs.
+fn route(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}}}\nspec:\n  parentRefs: [{{name: gw}}]\n{spec}"
+    )
+}
+
+async fn wait_for_socket(addr: SocketAddr) {
+    wait_until(
+        &format!("{addr} to accept"),
+        Duration::from_secs(10),
+        || async move { tokio::net::TcpStream::connect(addr).await.is_ok() },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_listener_is_its_own_socket_and_routes_by_path_header_query_and_method() {
+    let v1 = EchoBackend::start("v1", pod_ip(190)).await.unwrap();
+    let v2 = EchoBackend::start("v2", pod_ip(191)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let socket = SocketAddr::new(gateway_ip(1), port);
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            gateway(gateway_ip(1), &[("http", port, "")]),
+            route(
+                "matching",
+                "  rules:\n  - matches: [{path: {type: PathPrefix, value: /}}]\n    backendRefs: [{name: v1, port: 8080}]\n  - matches: [{path: {type: PathPrefix, value: /v2}}, {headers: [{name: version, value: two}]}]\n    backendRefs: [{name: v2, port: 8080}]\n  - matches: [{path: {type: Exact, value: /exact}, method: POST}, {queryParams: [{type: RegularExpression, name: animal, value: wh.le}]}]\n    backendRefs: [{name: v2, port: 8080}]\n",
+            ),
+            service("v1", 8080, &[v1.addr()]),
+            service("v2", 8080, &[v2.addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(socket).await;
+    let client = http_client();
+    let base = format!("http://{socket}");
+    let body = |path: &'static str, headers: &'static [(&'static str, &'static str)]| {
+        let client = client.clone();
+        let url = format!("{base}{path}");
+        async move {
+            let reply = send(
+                &client,
+                http::Method::GET,
+                &url,
+                "example.com",
+                headers,
+                Bytes::new(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(reply.status, 200, "{path}: {reply:?}");
+            reply.body.trim().to_owned()
+        }
+    };
+    assert_eq!(body("/", &[]).await, "v1");
+    assert_eq!(body("/v2", &[]).await, "v2");
+    assert_eq!(body("/v2/deeper", &[]).await, "v2");
+    assert_eq!(
+        body("/v2example", &[]).await,
+        "v1",
+        "prefixes match whole segments"
+    );
+    assert_eq!(body("/", &[("version", "two")]).await, "v2");
+    assert_eq!(body("/?animal=whale", &[]).await, "v2");
+    assert_eq!(
+        body("/?animal=whales", &[]).await,
+        "v1",
+        "a regex matches the whole value"
+    );
+    assert_eq!(
+        body("/exact", &[]).await,
+        "v1",
+        "GET does not meet the POST match"
+    );
+    let post = send(
+        &client,
+        http::Method::POST,
+        &format!("{base}/exact"),
+        "example.com",
+        &[],
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(post.body.trim(), "v2");
+    // The Ingress listener does not serve HTTPRoutes.
+    let ingress_side = get(&client, &sluice.url("/"), "example.com").await.unwrap();
+    assert_eq!(ingress_side.status, 404);
+    let status = sluice.admin_get("/api/gateways").await;
+    let report: serde_json::Value = serde_json::from_str(&status.body).unwrap();
+    let listener = &report["gateways"][0]["listeners"][0];
+    assert_eq!(listener["attachedRoutes"], 1, "{report}");
+    assert_eq!(listener["sockets"][0], socket.to_string());
+    let parent = &report["routes"][0]["parents"][0];
+    assert_eq!(parent["conditions"][0]["type"], "Accepted");
+    assert_eq!(parent["conditions"][0]["status"], "True", "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_change_what_the_pod_and_the_client_get() {
+    let pod = RawBackend::start(pod_ip(192)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let socket = SocketAddr::new(gateway_ip(2), port);
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            gateway(gateway_ip(2), &[("http", port, "")]),
+            route(
+                "filters",
+                "  rules:\n  - matches: [{path: {type: PathPrefix, value: /prefix/one}}]\n    filters:\n    - type: RequestHeaderModifier\n      requestHeaderModifier:\n        set: [{name: X-Header-Set, value: set-overwrites-values}]\n        add: [{name: X-Header-Add-Append, value: header-val-2}]\n        remove: [X-Header-Remove]\n    - type: URLRewrite\n      urlRewrite: {hostname: rewritten.example, path: {type: ReplacePrefixMatch, replacePrefixMatch: /one}}\n    - type: ResponseHeaderModifier\n      responseHeaderModifier: {add: [{name: X-Answer, value: added}]}\n    backendRefs: [{name: pod, port: 8080}]\n  - matches: [{path: {type: PathPrefix, value: /old}}]\n    filters:\n    - type: RequestRedirect\n      requestRedirect: {scheme: https, hostname: new.example, statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}\n",
+            ),
+            service("pod", 8080, &[pod.addr()]),
+        ],
+    );
+    let _sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(socket).await;
+    let client = http_client();
+    let headers = [
+        ("X-Header-Set", "set-val"),
+        ("X-Header-Add-Append", "append-val-1"),
+        ("X-Header-Remove", "remove-val"),
+    ];
+    let reply = send(
+        &client,
+        http::Method::GET,
+        &format!("http://{socket}/prefix/one/two?q=1"),
+        "example.com",
+        &headers,
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.headers["x-answer"], "added");
+    let request = pod.only_request();
+    assert_eq!(request.request_line(), "GET /one/two?q=1 HTTP/1.1");
+    assert_eq!(request.header("host"), Some("rewritten.example"));
+    assert_eq!(
+        request.header_values("x-header-set"),
+        ["set-overwrites-values"]
+    );
+    assert_eq!(
+        request.header_values("x-header-add-append"),
+        ["append-val-1", "header-val-2"]
+    );
+    assert!(
+        request.header_values("x-header-remove").is_empty(),
+        "{}",
+        request.head
+    );
+    let redirect = get(
+        &client,
+        &format!("http://{socket}/old/page?x=y"),
+        "example.com",
+    )
+    .await
+    .unwrap();
+    assert_eq!(redirect.status, 301);
+    assert_eq!(
+        redirect.headers["location"],
+        "https://new.example/new/page?x=y"
+    );
+    assert_eq!(
+        pod.requests().len(),
+        1,
+        "the redirect never reaches the pod"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weights_split_requests_and_an_invalid_backend_ref_answers_500_for_its_share() {
+    let v1 = EchoBackend::start("v1", pod_ip(193)).await.unwrap();
+    let v2 = EchoBackend::start("v2", pod_ip(194)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let socket = SocketAddr::new(gateway_ip(3), port);
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            gateway(gateway_ip(3), &[("http", port, "")]),
+            route(
+                "weights",
+                "  rules:\n  - backendRefs: [{name: v1, port: 8080, weight: 3}, {name: v2, port: 8080, weight: 0}, {name: missing, port: 8080, weight: 1}]\n",
+            ),
+            service("v1", 8080, &[v1.addr()]),
+            service("v2", 8080, &[v2.addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(socket).await;
+    let client = http_client();
+    let (mut ok, mut failed) = (0u64, 0u64);
+    for _ in 0..400 {
+        let reply = get(&client, &format!("http://{socket}/"), "example.com")
+            .await
+            .unwrap();
+        match reply.status.as_u16() {
+            200 => ok += 1,
+            500 => failed += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(v2.requests(), 0, "weight 0 gets nothing");
+    // 3:1 over 400 requests: 100 expected at 500; 60..140 is over six standard deviations.
+    assert!((60..=140).contains(&failed), "{failed} of 400 answered 500");
+    assert_eq!(ok + failed, 400);
+    assert_eq!(v1.requests(), ok);
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let resolved = &report["routes"][0]["parents"][0]["conditions"][1];
+    assert_eq!(resolved["type"], "ResolvedRefs");
+    assert_eq!(resolved["status"], "False");
+    assert_eq!(resolved["reason"], "BackendNotFound", "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_on_one_port_split_by_hostname_and_a_taken_port_is_port_unavailable() {
+    let v1 = EchoBackend::start("v1", pod_ip(195)).await.unwrap();
+    let v2 = EchoBackend::start("v2", pod_ip(196)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let socket = SocketAddr::new(gateway_ip(4), port);
+    let taken = std::net::TcpListener::bind(SocketAddr::new(gateway_ip(4), 0)).unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let routes = [
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: foo}\nspec:\n  parentRefs: [{name: gw, sectionName: foo}]\n  rules: [{backendRefs: [{name: v1, port: 8080}]}]\n".to_owned(),
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: wild}\nspec:\n  parentRefs: [{name: gw, sectionName: wild}]\n  rules: [{backendRefs: [{name: v2, port: 8080}]}]\n".to_owned(),
+    ];
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            gateway(
+                gateway_ip(4),
+                &[
+                    ("foo", port, "foo.example.com"),
+                    ("wild", port, "*.example.com"),
+                    ("busy", taken_port, ""),
+                ],
+            ),
+            routes[0].clone(),
+            routes[1].clone(),
+            service("v1", 8080, &[v1.addr()]),
+            service("v2", 8080, &[v2.addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(socket).await;
+    let client = http_client();
+    let name = |host: &'static str| {
+        let client = client.clone();
+        async move {
+            let reply = get(&client, &format!("http://{socket}/"), host)
+                .await
+                .unwrap();
+            (reply.status.as_u16(), reply.body.trim().to_owned())
+        }
+    };
+    assert_eq!(name("foo.example.com").await, (200, "v1".to_owned()));
+    assert_eq!(name("bar.example.com").await, (200, "v2".to_owned()));
+    assert_eq!(name("a.b.example.com").await, (200, "v2".to_owned()));
+    assert_eq!(
+        name("example.com").await.0,
+        404,
+        "no listener takes the bare suffix"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let busy = &report["gateways"][0]["listeners"][2];
+    assert_eq!(busy["name"], "busy");
+    let accepted = &busy["conditions"][0];
+    assert_eq!(
+        (
+            accepted["type"].as_str(),
+            accepted["status"].as_str(),
+            accepted["reason"].as_str()
+        ),
+        (Some("Accepted"), Some("False"), Some("PortUnavailable")),
+        "{report}"
+    );
+    drop(taken);
+    let (code, text) = run_check(dir.path());
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("listener foo on "), "{text}");
+    assert!(
+        text.contains("HTTPRoute default/wild on Gateway default/gw listener wild: Accepted=True"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_httproute_is_served_without_a_restart_and_a_removed_gateway_closes_its_socket() {
+    let v1 = EchoBackend::start("v1", pod_ip(197)).await.unwrap();
+    let v2 = EchoBackend::start("v2", pod_ip(198)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let socket = SocketAddr::new(gateway_ip(5), port);
+    let services = [
+        service("v1", 8080, &[v1.addr()]),
+        service("v2", 8080, &[v2.addr()]),
+    ];
+    let app = |backend: &str| {
+        let mut documents = vec![
+            gateway(gateway_ip(5), &[("http", port, "")]),
+            route(
+                "app",
+                &format!("  rules: [{{backendRefs: [{{name: {backend}, port: 8080}}]}}]\n"),
+            ),
+        ];
+        documents.extend(services.iter().cloned());
+        documents
+    };
+    write_manifest(dir.path(), "app.yaml", &app("v1"));
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(socket).await;
+    let client = http_client();
+    let url = format!("http://{socket}/");
+    assert_eq!(get(&client, &url, "x").await.unwrap().body.trim(), "v1");
+    let generation = sluice.generation().await;
+    write_manifest(dir.path(), "app.yaml", &app("v2"));
+    sluice.wait_for_generation_after(generation).await;
+    assert_eq!(get(&client, &url, "x").await.unwrap().body.trim(), "v2");
+    write_manifest(dir.path(), "app.yaml", &services);
+    wait_until(
+        "the Gateway's socket to close",
+        Duration::from_secs(10),
+        || async { tokio::net::TcpStream::connect(socket).await.is_err() },
+    )
+    .await;
+}
