@@ -16,5 +16,5 @@ pub use compile::{
 };
 pub use diagnostic::{Diagnostic, ObjectRef, Severity};
 pub use error::DocumentError;
-pub use manifest::{parse_manifest, Document, Format};
+pub use manifest::{gateway_api_object, parse_manifest, Document, Format};
 pub use snapshot::{KubeObject, ObjectKey, Snapshot, DEFAULT_NAMESPACE};

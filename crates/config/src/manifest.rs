@@ -108,7 +108,7 @@ fn parse_object(value: Value) -> Result<Document, String> {
     let (api_version, kind) = type_of(&value)?;
     let expected_api_version = match kind.as_str() {
         "Ingress" | "IngressClass" => "networking.k8s.io/v1",
-        "Service" | "Secret" | "ConfigMap" => "v1",
+        "Service" | "Secret" | "ConfigMap" | "Namespace" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
         "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant" => {
             return gateway_object(value, &api_version, &kind);
@@ -137,6 +137,7 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "Service" => KubeObject::Service(typed(value)?),
         "EndpointSlice" => KubeObject::EndpointSlice(typed(value)?),
         "ConfigMap" => KubeObject::ConfigMap(typed(value)?),
+        "Namespace" => KubeObject::Namespace(typed(value)?),
         _ => KubeObject::Secret(typed(value)?),
     };
     named(object)
@@ -162,6 +163,16 @@ fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Documen
         _ => KubeObject::ReferenceGrant(typed(value)?),
     };
     named(object)
+}
+
+/// A Gateway API object as the API server sends it (JSON with `apiVersion` and `kind`); the
+/// error names the field that failed.
+pub fn gateway_api_object(value: Value) -> Result<KubeObject, String> {
+    let (api_version, kind) = type_of(&value)?;
+    match gateway_object(value, &api_version, &kind)? {
+        Document::Object(object) => Ok(object),
+        Document::Skipped { kind, .. } => Err(format!("{kind} is not a Gateway API kind")),
+    }
 }
 
 /// The object, once it has a name.

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -54,6 +54,8 @@ pub enum KubeObject {
     HttpRoute(HttpRoute),
     GrpcRoute(GrpcRoute),
     ReferenceGrant(ReferenceGrant),
+    /// Read for its labels, which Gateway listeners select route namespaces by.
+    Namespace(Namespace),
 }
 
 impl KubeObject {
@@ -70,6 +72,7 @@ impl KubeObject {
             Self::HttpRoute(_) => "HTTPRoute",
             Self::GrpcRoute(_) => "GRPCRoute",
             Self::ReferenceGrant(_) => "ReferenceGrant",
+            Self::Namespace(_) => "Namespace",
         }
     }
 
@@ -86,6 +89,7 @@ impl KubeObject {
             Self::HttpRoute(o) => &o.metadata,
             Self::GrpcRoute(o) => &o.metadata,
             Self::ReferenceGrant(o) => &o.metadata,
+            Self::Namespace(o) => &o.metadata,
         }
     }
 
@@ -102,6 +106,7 @@ impl KubeObject {
             Self::HttpRoute(o) => &mut o.metadata,
             Self::GrpcRoute(o) => &mut o.metadata,
             Self::ReferenceGrant(o) => &mut o.metadata,
+            Self::Namespace(o) => &mut o.metadata,
         }
     }
 }
@@ -124,6 +129,8 @@ pub struct Snapshot {
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub grpc_routes: BTreeMap<ObjectKey, GrpcRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
+    /// Namespace is cluster-scoped: keyed by name alone. Only Gateway listeners read it.
+    pub namespaces: BTreeMap<String, Namespace>,
 }
 
 impl Snapshot {
@@ -163,6 +170,9 @@ impl Snapshot {
             }
             KubeObject::ReferenceGrant(o) => {
                 self.reference_grants.insert(key, o);
+            }
+            KubeObject::Namespace(o) => {
+                self.namespaces.insert(key.name, o);
             }
         }
     }
@@ -204,6 +214,9 @@ impl Snapshot {
             KubeObject::ReferenceGrant(_) => {
                 self.reference_grants.remove(&key);
             }
+            KubeObject::Namespace(_) => {
+                self.namespaces.remove(&key.name);
+            }
         }
     }
 
@@ -222,6 +235,7 @@ impl Snapshot {
             KubeObject::HttpRoute(_) => self.http_routes.get(&key).map(|o| &o.metadata),
             KubeObject::GrpcRoute(_) => self.grpc_routes.get(&key).map(|o| &o.metadata),
             KubeObject::ReferenceGrant(_) => self.reference_grants.get(&key).map(|o| &o.metadata),
+            KubeObject::Namespace(_) => self.namespaces.get(&key.name).map(|o| &o.metadata),
         }
     }
 
@@ -240,6 +254,7 @@ impl Snapshot {
             KubeObject::HttpRoute(o) => self.http_routes.get(&key) == Some(o),
             KubeObject::GrpcRoute(o) => self.grpc_routes.get(&key) == Some(o),
             KubeObject::ReferenceGrant(o) => self.reference_grants.get(&key) == Some(o),
+            KubeObject::Namespace(o) => self.namespaces.get(&key.name) == Some(o),
         }
     }
 

@@ -112,6 +112,9 @@ pub struct ControlPlane {
     gateway_sockets: watch::Sender<Vec<(SocketAddr, bool)>>,
     /// Gateway sockets that could not be bound, and why.
     unbound: Mutex<Vec<(SocketAddr, String)>>,
+    /// Bumped whenever the Gateway API status may have changed (a publish, a socket bound or
+    /// not), for the status writer.
+    gateway_changes: watch::Sender<u64>,
 }
 
 impl ControlPlane {
@@ -129,6 +132,7 @@ impl ControlPlane {
             watches: OnceLock::new(),
             gateway_sockets: watch::Sender::new(Vec::new()),
             unbound: Mutex::new(Vec::new()),
+            gateway_changes: watch::Sender::new(0),
         })
     }
 
@@ -144,8 +148,24 @@ impl ControlPlane {
     /// Records which Gateway sockets could not be bound (replacing the last record).
     pub fn set_unbound(&self, unbound: Vec<(SocketAddr, String)>) {
         if let Ok(mut current) = self.unbound.lock() {
-            *current = unbound;
+            if *current != unbound {
+                *current = unbound;
+                self.gateway_changes.send_modify(|version| *version += 1);
+            }
         }
+    }
+
+    /// The options the compiler runs with.
+    pub fn compile_options(&self) -> CompileOptions {
+        match self.compiler.lock() {
+            Ok(compiler) => compiler.options().clone(),
+            Err(poisoned) => poisoned.into_inner().options().clone(),
+        }
+    }
+
+    /// Changes whenever the Gateway API status may have changed.
+    pub fn gateway_changes(&self) -> watch::Receiver<u64> {
+        self.gateway_changes.subscribe()
     }
 
     /// The Gateway API status: as compiled, with the listeners whose socket could not be
@@ -248,11 +268,15 @@ impl ControlPlane {
             );
         }
         let generation = self.generation.load(Ordering::Acquire);
+        let gateways_changed = self.status.load().gateways != compiled.gateways;
         self.status.store(Arc::new(Status {
             diagnostics,
             generation,
             gateways: compiled.gateways,
         }));
+        if gateways_changed {
+            self.gateway_changes.send_modify(|version| *version += 1);
+        }
         self.ready.store(true, Ordering::Release);
         Published {
             endpoint_sources: compiled.endpoint_sources,

@@ -11,7 +11,9 @@ use kube_lease_manager::LeaseManagerBuilder;
 use sluice_config::{EndpointSources, ObjectKey};
 use sluice_proxy::ShutdownSignal;
 use sluice_sources::kubernetes::{
-    run_status_writer, start_watches, ClusterState, Effect, PublishTarget, StatusWork, WatchEvent,
+    desired_load_balancer, gateway_api_resources, run_gateway_status_writer, run_status_writer,
+    start_watches, ClusterState, Effect, GatewayApiResource, GatewayStatusAddress,
+    GatewayStatusSource, PublishTarget, StatusWork, WatchEvent,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -56,12 +58,21 @@ pub struct KubeSource {
     config: KubeConfig,
     events: mpsc::UnboundedReceiver<WatchEvent>,
     state: ClusterState,
+    /// The Gateway API kinds the API server serves (watched, and written status to).
+    gateway_api: Vec<GatewayApiResource>,
+    /// The addresses Gateways publish in their status, from the publish target.
+    gateway_addresses: watch::Sender<Vec<GatewayStatusAddress>>,
 }
 
+/// How long the start waits for the API server to answer Gateway API discovery.
+const DISCOVERY_PATIENCE: Duration = Duration::from_secs(10);
+
 impl KubeSource {
-    /// Starts every watch; the control plane reports their states from now on.
-    pub fn start(client: Client, config: KubeConfig, control: &ControlPlane) -> Self {
-        let (events, registry, _tasks) = start_watches(&client, &config.namespaces);
+    /// Discovers which Gateway API kinds are served and starts every watch; the control
+    /// plane reports their states from now on.
+    pub async fn start(client: Client, config: KubeConfig, control: &ControlPlane) -> Self {
+        let gateway_api = gateway_api_resources(&client, DISCOVERY_PATIENCE).await;
+        let (events, registry, _tasks) = start_watches(&client, &config.namespaces, &gateway_api);
         let state = ClusterState::new(registry.scopes());
         control.set_watches(registry);
         Self {
@@ -69,6 +80,8 @@ impl KubeSource {
             config,
             events,
             state,
+            gateway_api,
+            gateway_addresses: watch::Sender::new(Vec::new()),
         }
     }
 
@@ -79,6 +92,7 @@ impl KubeSource {
     pub async fn run(mut self, control: Arc<ControlPlane>, shutdown: ShutdownSignal) {
         let leader = leadership(self.client.clone(), self.config.leader_election.clone());
         let (work, status_writer) = self.status_channel(&leader);
+        let gateway_writer = self.spawn_gateway_status_writer(&control, &leader);
         let (events, events_work) = watch::channel(Vec::new());
         let instance = self
             .config
@@ -133,6 +147,9 @@ impl KubeSource {
             if recompile || effect.ingress_status {
                 self.queue_status_writes(&work, &published.served);
             }
+            if recompile {
+                self.publish_gateway_addresses();
+            }
         }
         drop(work);
         drop(events);
@@ -140,6 +157,58 @@ impl KubeSource {
         if let Some(writer) = status_writer {
             let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
         }
+        gateway_writer.abort();
+    }
+
+    /// Starts the Gateway API status writer on the control plane's report.
+    fn spawn_gateway_status_writer(
+        &self,
+        control: &Arc<ControlPlane>,
+        leader: &watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let reader = control.clone();
+        let source = GatewayStatusSource {
+            report: Box::new(move || reader.gateway_report()),
+            changes: control.gateway_changes(),
+            addresses: self.gateway_addresses.subscribe(),
+        };
+        let controller = control.compile_options().gateway_controller;
+        tokio::spawn(run_gateway_status_writer(
+            self.client.clone(),
+            self.gateway_api.clone(),
+            source,
+            controller,
+            leader.clone(),
+        ))
+    }
+
+    /// The publish target's addresses, as Gateways show them in `status.addresses`.
+    fn publish_gateway_addresses(&self) {
+        let Some(target) = &self.config.publish else {
+            return;
+        };
+        let Some(entries) = desired_load_balancer(target, self.state.snapshot()) else {
+            return;
+        };
+        let addresses: Vec<GatewayStatusAddress> = entries
+            .into_iter()
+            .filter_map(|entry| match (entry.ip, entry.hostname) {
+                (Some(ip), _) => Some(GatewayStatusAddress {
+                    address_type: "IPAddress",
+                    value: ip,
+                }),
+                (None, Some(hostname)) => Some(GatewayStatusAddress {
+                    address_type: "Hostname",
+                    value: hostname,
+                }),
+                (None, None) => None,
+            })
+            .collect();
+        self.gateway_addresses.send_if_modified(|current| {
+            let changed = *current != addresses;
+            *current = addresses;
+            changed
+        });
     }
 
     fn fold_queued(&mut self, effect: &mut Effect) {

@@ -113,7 +113,9 @@ impl Server {
             }
             SourceConfig::Kubernetes(kube) => {
                 let client = kube_source::client(kube).await?;
-                Source::Kubernetes(Box::new(KubeSource::start(client, kube.clone(), &control)))
+                Source::Kubernetes(Box::new(
+                    KubeSource::start(client, kube.clone(), &control).await,
+                ))
             }
         };
         Ok(Self {

@@ -578,3 +578,135 @@ async fn a_diagnostic_becomes_an_event_on_its_ingress_and_repeats_extend_its_ser
     assert_eq!(events[0]["series"]["count"], 2);
     drop(sluice);
 }
+
+/// The Gateway API objects of one app in `shop`: sluice's GatewayClass, a Gateway at
+/// 127.0.3.20 with one HTTP listener on `port`, and an HTTPRoute sending `path` to `service`.
+fn gateway_objects(port: u16) -> [Value; 2] {
+    [
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "sluice"},
+            "spec": {"controllerName": "sluice.dev/gateway-controller"}
+        }),
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "shop"},
+            "spec": {"gatewayClassName": "sluice",
+                     "addresses": [{"type": "IPAddress", "value": "127.0.3.20"}],
+                     "listeners": [{"name": "http", "port": port, "protocol": "HTTP"}]}
+        }),
+    ]
+}
+
+fn http_route(path: &str, service: &str) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "app", "namespace": "shop"},
+        "spec": {"parentRefs": [{"name": "gw"}],
+                 "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                            "backendRefs": [{"name": service, "port": 80}]}]}
+    })
+}
+
+/// `(type, status, reason)` of each condition in a status condition list.
+fn conditions(list: &Value) -> Vec<(String, String, String)> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let field = |name: &str| c[name].as_str().unwrap_or_default().to_owned();
+            (field("type"), field("status"), field("reason"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_httproute_through_the_api_serves_on_its_gateway_changes_within_50_ms_and_gets_status() {
+    let pods = pods(&["shop-1", "shop-2"], 170).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    cluster.apply(service("next"));
+    cluster.apply(slice("next", "next-a", &[&pods[1]]));
+    let port = support::free_port();
+    for object in gateway_objects(port) {
+        cluster.apply(object);
+    }
+    cluster.apply(http_route("/", "web"));
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &["--namespace", "shop"]).await;
+    let url = format!("http://127.0.3.20:{port}/");
+    let client = http_client();
+    wait_until(
+        "the Gateway to serve the route",
+        Duration::from_secs(10),
+        || async {
+            get(&client, &url, "shop.test")
+                .await
+                .is_ok_and(|r| r.body == "shop-1\n")
+        },
+    )
+    .await;
+
+    let changed = Instant::now();
+    cluster.apply(http_route("/", "next"));
+    loop {
+        let reply = get(&client, &url, "shop.test").await.unwrap();
+        if reply.body == "shop-2\n" {
+            break;
+        }
+        assert!(
+            changed.elapsed() < Duration::from_secs(5),
+            "the change never served"
+        );
+    }
+    let elapsed = changed.elapsed();
+    eprintln!("HTTPRoute changed → first request to the new backend: {elapsed:?}");
+    assert!(elapsed < Duration::from_millis(50), "took {elapsed:?}");
+
+    wait_until(
+        "the route's status for its latest generation",
+        Duration::from_secs(10),
+        || async {
+            let route = cluster.api.get("HTTPRoute", "shop", "app").unwrap();
+            let observed = &route["status"]["parents"][0]["conditions"][0]["observedGeneration"];
+            *observed == route["metadata"]["generation"]
+        },
+    )
+    .await;
+    let route = cluster.api.get("HTTPRoute", "shop", "app").unwrap();
+    let parent = &route["status"]["parents"][0];
+    assert_eq!(parent["controllerName"], "sluice.dev/gateway-controller");
+    assert_eq!(parent["parentRef"]["name"], "gw");
+    let accepted = (
+        "Accepted".to_owned(),
+        "True".to_owned(),
+        "Accepted".to_owned(),
+    );
+    assert_eq!(conditions(&parent["conditions"])[0], accepted, "{route}");
+    assert!(parent["conditions"][0]["lastTransitionTime"].is_string());
+    assert_eq!(
+        parent["conditions"][0]["observedGeneration"],
+        route["metadata"]["generation"]
+    );
+    let gateway = cluster.api.get("Gateway", "shop", "gw").unwrap();
+    let listener = &gateway["status"]["listeners"][0];
+    assert_eq!(listener["attachedRoutes"], 1, "{gateway}");
+    let programmed = (
+        "Programmed".to_owned(),
+        "True".to_owned(),
+        "Programmed".to_owned(),
+    );
+    assert!(
+        conditions(&gateway["status"]["conditions"]).contains(&programmed),
+        "{gateway}"
+    );
+    let class = cluster.api.get("GatewayClass", "", "sluice").unwrap();
+    assert_eq!(
+        conditions(&class["status"]["conditions"])[0].1,
+        "True",
+        "{class}"
+    );
+    let features = class["status"]["supportedFeatures"].as_array().unwrap();
+    assert!(features.iter().any(|f| f["name"] == "HTTPRoute"), "{class}");
+    drop(sluice);
+}

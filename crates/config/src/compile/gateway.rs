@@ -633,7 +633,7 @@ fn attach_route(
             continue;
         };
         let rules = compiled.get_or_insert_with(|| compile_rules(key, route, rank, inputs, sinks));
-        let attachment = attach(parent, key, gateway, &route_hosts, plans);
+        let attachment = attach(parent, key, gateway, &route_hosts, plans, inputs.snapshot);
         let conditions = parent_conditions(&attachment, rules);
         if let Err((reason, message)) = &attachment {
             sinks.diagnostics.warning(
@@ -701,6 +701,7 @@ fn attach(
     gateway: usize,
     route_hosts: &[HostPattern],
     plans: &[ListenerPlan<'_>],
+    snapshot: &Snapshot,
 ) -> Attachment {
     let candidates: Vec<usize> = (0..plans.len())
         .filter(|&i| plans[i].gateway == gateway)
@@ -720,7 +721,7 @@ fn attach(
     }
     let allowed: Vec<usize> = candidates
         .into_iter()
-        .filter(|&i| plans[i].accepted() && allows(&plans[i], route))
+        .filter(|&i| plans[i].accepted() && allows(&plans[i], route, snapshot))
         .collect();
     if allowed.is_empty() {
         return Err((
@@ -748,7 +749,7 @@ fn attach(
 }
 
 /// Whether the listener's `allowedRoutes` takes an HTTPRoute from the route's namespace.
-fn allows(plan: &ListenerPlan<'_>, route: &ObjectKey) -> bool {
+fn allows(plan: &ListenerPlan<'_>, route: &ObjectKey, snapshot: &Snapshot) -> bool {
     let kind_ok = plan.kinds.iter().any(|k| k.kind == "HTTPRoute");
     let namespaces = plan
         .listener
@@ -760,19 +761,24 @@ fn allows(plan: &ListenerPlan<'_>, route: &ObjectKey) -> bool {
         "All" => true,
         "Selector" => namespaces
             .and_then(|n| n.selector.as_ref())
-            .is_some_and(|selector| selects(selector, &route.namespace)),
+            .is_some_and(|selector| selects(selector, &route.namespace, snapshot)),
         _ => route.namespace == plan.namespace,
     };
     kind_ok && namespace_ok
 }
 
-/// Whether a namespace selector selects `namespace`, judged on the label every namespace
-/// carries, `kubernetes.io/metadata.name`.
-fn selects(selector: &LabelSelector, namespace: &str) -> bool {
-    let labels = BTreeMap::from([(
+/// Whether a namespace selector selects `namespace`, judged on its labels (from the Namespace
+/// object, when read) and the one every namespace carries, `kubernetes.io/metadata.name`.
+fn selects(selector: &LabelSelector, namespace: &str, snapshot: &Snapshot) -> bool {
+    let mut labels = snapshot
+        .namespaces
+        .get(namespace)
+        .and_then(|n| n.metadata.labels.clone())
+        .unwrap_or_default();
+    labels.insert(
         "kubernetes.io/metadata.name".to_owned(),
         namespace.to_owned(),
-    )]);
+    );
     let labels_ok = selector
         .match_labels
         .as_ref()
@@ -840,13 +846,18 @@ fn parent_conditions(attachment: &Attachment, rules: &CompiledRules) -> Vec<Cond
     conditions
 }
 
-/// Adds the route's rules to one listener, under each hostname the route is served with.
+/// Adds the route's rules to one listener, under each hostname the route is served with. A
+/// listener that is not programmed (conflicted, or not served yet) serves nothing: its socket
+/// and hostname may belong to another listener.
 fn serve_rules(
     plan: &ListenerPlan<'_>,
     hosts: &[HostPattern],
     rules: &CompiledRules,
     builder: &mut TableBuilder,
 ) {
+    if !plan.programmed() {
+        return;
+    }
     for (rule, matches, action) in &rules.rules {
         for (matched, request_match) in matches.iter().enumerate() {
             let gateway_rule = GatewayRule {

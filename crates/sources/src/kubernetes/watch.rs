@@ -5,14 +5,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::IngressClass;
 use k8s_openapi::NamespaceResourceScope;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sluice_config::KubeObject;
+use sluice_config::gateway::GATEWAY_GROUP;
+use sluice_config::{gateway_api_object, KubeObject};
 
 use super::cluster::WatchScope;
 use tokio::sync::mpsc;
@@ -125,6 +128,7 @@ fn now() -> String {
 pub fn start_watches(
     client: &Client,
     namespaces: &[String],
+    gateway_api: &[GatewayApiResource],
 ) -> (
     mpsc::UnboundedReceiver<WatchEvent>,
     Arc<WatchRegistry>,
@@ -139,11 +143,29 @@ pub fn start_watches(
     };
     let mut tasks = vec![spawn_watch(
         Api::<IngressClass>::all(client.clone()),
-        None,
-        &registry,
-        &sender,
-        KubeObject::IngressClass,
+        (None, &registry, &sender),
+        kind_name::<IngressClass>(),
+        |class| Some(KubeObject::IngressClass(class)),
     )];
+    if !gateway_api.is_empty() {
+        // Gateway listeners select route namespaces by their labels.
+        tasks.push(spawn_watch(
+            Api::<Namespace>::all(client.clone()),
+            (None, &registry, &sender),
+            kind_name::<Namespace>(),
+            |namespace| Some(KubeObject::Namespace(namespace)),
+        ));
+    }
+    for resource in gateway_api.iter().filter(|r| !r.namespaced) {
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource.api);
+        let into = gateway_conversion(resource);
+        tasks.push(spawn_watch(
+            api,
+            (None, &registry, &sender),
+            resource.kind,
+            into,
+        ));
+    }
     for namespace in scopes {
         let context = (namespace, &registry, &sender);
         tasks.push(spawn_namespaced(client, context, KubeObject::Ingress));
@@ -151,8 +173,117 @@ pub fn start_watches(
         tasks.push(spawn_namespaced(client, context, KubeObject::EndpointSlice));
         tasks.push(spawn_namespaced(client, context, KubeObject::Secret));
         tasks.push(spawn_namespaced(client, context, KubeObject::ConfigMap));
+        for resource in gateway_api.iter().filter(|r| r.namespaced) {
+            let api = match namespace {
+                Some(namespace) => {
+                    Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource.api)
+                }
+                None => Api::<DynamicObject>::all_with(client.clone(), &resource.api),
+            };
+            let into = gateway_conversion(resource);
+            tasks.push(spawn_watch(api, context, resource.kind, into));
+        }
     }
     (events, registry, tasks)
+}
+
+/// The Gateway API kinds sluice watches, with the version each is read at.
+const GATEWAY_KINDS: &[&str] = &[
+    "GatewayClass",
+    "Gateway",
+    "HTTPRoute",
+    "GRPCRoute",
+    "ReferenceGrant",
+];
+
+/// A Gateway API kind the API server serves.
+#[derive(Clone, Debug)]
+pub struct GatewayApiResource {
+    pub kind: &'static str,
+    pub api: ApiResource,
+    pub namespaced: bool,
+}
+
+/// The Gateway API kinds the API server serves (the CRDs installed), each at `v1` when served
+/// there, else `v1beta1`. Empty when the group is not served. Retries a failing API server
+/// for up to `patience` before giving up on Gateway API for this run.
+pub async fn gateway_api_resources(
+    client: &Client,
+    patience: std::time::Duration,
+) -> Vec<GatewayApiResource> {
+    let started = Instant::now();
+    let mut delay = std::time::Duration::from_millis(200);
+    loop {
+        match discover_gateway_api(client).await {
+            Ok(found) => {
+                if found.is_empty() {
+                    tracing::info!("the API server serves no Gateway API kinds (the CRDs are not installed): Gateways and routes are not watched; restart sluice after installing them");
+                }
+                return found;
+            }
+            Err(error) if started.elapsed() < patience => {
+                tracing::warn!(%error, "cannot discover the Gateway API kinds; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot discover the Gateway API kinds; Gateways and routes are not watched in this run");
+                return Vec::new();
+            }
+        }
+    }
+}
+
+async fn discover_gateway_api(client: &Client) -> Result<Vec<GatewayApiResource>, kube::Error> {
+    let mut found: Vec<GatewayApiResource> = Vec::new();
+    for version in ["v1", "v1beta1"] {
+        let group_version = format!("{GATEWAY_GROUP}/{version}");
+        let list = match client.list_api_group_resources(&group_version).await {
+            Ok(list) => list,
+            Err(kube::Error::Api(status)) if status.code == 404 => continue,
+            Err(error) => return Err(error),
+        };
+        for resource in list.resources.iter().filter(|r| !r.name.contains('/')) {
+            let Some(kind) = GATEWAY_KINDS.iter().find(|k| **k == resource.kind) else {
+                continue;
+            };
+            if found.iter().any(|f| f.kind == *kind) {
+                continue;
+            }
+            let gvk = GroupVersionKind::gvk(GATEWAY_GROUP, version, kind);
+            found.push(GatewayApiResource {
+                kind,
+                api: ApiResource::from_gvk_with_plural(&gvk, &resource.name),
+                namespaced: resource.namespaced,
+            });
+        }
+    }
+    Ok(found)
+}
+
+/// Reads a watched Gateway API object into the snapshot's type. An object whose spec does not
+/// parse is kept with its metadata only (so that its deletion is still seen), and the reason
+/// is logged.
+fn gateway_conversion(
+    resource: &GatewayApiResource,
+) -> impl Fn(DynamicObject) -> Option<KubeObject> + Send + 'static {
+    let (api_version, kind) = (resource.api.api_version.clone(), resource.kind);
+    move |object: DynamicObject| {
+        let mut value = serde_json::to_value(&object).unwrap_or_default();
+        if let Some(fields) = value.as_object_mut() {
+            fields.insert("apiVersion".into(), api_version.clone().into());
+            fields.insert("kind".into(), kind.into());
+        }
+        gateway_api_object(value).map_or_else(
+            |error| {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                tracing::warn!(kind, namespace = ?object.metadata.namespace, name, %error, "cannot read the object's spec; it is kept without one");
+                let bare = serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": object.metadata});
+                gateway_api_object(bare).ok()
+            },
+            Some,
+        )
+    }
 }
 
 type Context<'a> = (
@@ -179,20 +310,23 @@ where
         Some(namespace) => Api::<K>::namespaced(client.clone(), namespace),
         None => Api::<K>::all(client.clone()),
     };
-    spawn_watch(api, namespace, registry, sender, into)
+    spawn_watch(
+        api,
+        (namespace, registry, sender),
+        kind_name::<K>(),
+        move |object| Some(into(object)),
+    )
 }
 
 fn spawn_watch<K>(
     api: Api<K>,
-    namespace: Option<&str>,
-    registry: &Arc<WatchRegistry>,
-    sender: &mpsc::UnboundedSender<WatchEvent>,
-    into: fn(K) -> KubeObject,
+    (namespace, registry, sender): Context<'_>,
+    kind: &'static str,
+    into: impl Fn(K) -> Option<KubeObject> + Send + 'static,
 ) -> JoinHandle<()>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let kind = kind_name::<K>();
     let watch = registry.register(kind, namespace);
     let (registry, sender) = (registry.clone(), sender.clone());
     tokio::spawn(async move {
@@ -203,7 +337,9 @@ where
             match item {
                 Ok(event) => {
                     registry.enter(watch, phase_after(&event), None);
-                    let event = event_into(event, into);
+                    let Some(event) = event_into(event, &into) else {
+                        continue;
+                    };
                     if sender
                         .send(WatchEvent {
                             watch,
@@ -226,7 +362,7 @@ where
 
 fn watcher<K>(api: Api<K>) -> impl futures_util::Stream<Item = Result<Event<K>, watcher::Error>>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     watcher::watcher(api, watcher::Config::default())
 }
@@ -239,6 +375,7 @@ fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {
         "EndpointSlice" => "EndpointSlice",
         "Secret" => "Secret",
         "ConfigMap" => "ConfigMap",
+        "Namespace" => "Namespace",
         _ => "Unknown",
     }
 }
@@ -250,12 +387,17 @@ fn phase_after<K>(event: &Event<K>) -> WatchPhase {
     }
 }
 
-fn event_into<K>(event: Event<K>, into: fn(K) -> KubeObject) -> Event<KubeObject> {
-    match event {
-        Event::Apply(object) => Event::Apply(into(object)),
-        Event::Delete(object) => Event::Delete(into(object)),
+/// The event with its object in the snapshot's type; `None` for an object that cannot be
+/// read at all (the conversion logged why).
+fn event_into<K>(
+    event: Event<K>,
+    into: &impl Fn(K) -> Option<KubeObject>,
+) -> Option<Event<KubeObject>> {
+    Some(match event {
+        Event::Apply(object) => Event::Apply(into(object)?),
+        Event::Delete(object) => Event::Delete(into(object)?),
         Event::Init => Event::Init,
-        Event::InitApply(object) => Event::InitApply(into(object)),
+        Event::InitApply(object) => Event::InitApply(into(object)?),
         Event::InitDone => Event::InitDone,
-    }
+    })
 }

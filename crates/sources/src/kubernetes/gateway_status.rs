@@ -1,0 +1,296 @@
+//! Gateway API status: writes the compiled conditions of GatewayClasses, Gateways and routes to their status subresources — only what changed, only on the leader, and never touching other controllers' route parents.
+//!
+//! Each object is read before it is written: a condition whose status did not change keeps
+//! its `lastTransitionTime`, and a route's `status.parents` keeps the entries of every other
+//! controller. What was written last is remembered, so an unchanged report costs no request;
+//! the memory is dropped whenever leadership is lost, so a new term writes everything once.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use sluice_config::gateway::status::{Condition, GatewayReport};
+use tokio::sync::watch;
+
+use super::watch::GatewayApiResource;
+
+/// One entry of `Gateway.status.addresses`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayStatusAddress {
+    /// `IPAddress` or `Hostname`.
+    pub address_type: &'static str,
+    pub value: String,
+}
+
+/// What the writer reads: the report to write and the addresses Gateways publish.
+pub struct GatewayStatusSource {
+    /// The current report (as compiled, with unbound listeners marked).
+    pub report: Box<dyn Fn() -> GatewayReport + Send + Sync>,
+    /// Bumped whenever the report may have changed.
+    pub changes: watch::Receiver<u64>,
+    /// From `--publish-service` / `--publish-address`; empty when neither is set.
+    pub addresses: watch::Receiver<Vec<GatewayStatusAddress>>,
+}
+
+/// The object a status belongs to: kind, namespace (empty when cluster-scoped) and name.
+type StatusKey = (&'static str, String, String);
+
+/// Writes Gateway API status whenever the report changes and this replica leads; retries
+/// failures after a pause. Ends when the change channel closes.
+pub async fn run_gateway_status_writer(
+    client: Client,
+    resources: Vec<GatewayApiResource>,
+    mut source: GatewayStatusSource,
+    controller: String,
+    mut leader: watch::Receiver<bool>,
+) {
+    if resources.is_empty() {
+        return;
+    }
+    let writer = Writer {
+        client,
+        resources,
+        controller,
+    };
+    let mut written: HashMap<StatusKey, Value> = HashMap::new();
+    let mut leader_open = true;
+    loop {
+        source.changes.borrow_and_update();
+        let leading = *leader.borrow_and_update();
+        let mut retry = false;
+        if leading {
+            let report = (source.report)();
+            let addresses = source.addresses.borrow_and_update().clone();
+            for (key, status) in desired(&report, &addresses, &writer.controller) {
+                if written.get(&key) == Some(&status) {
+                    continue;
+                }
+                match writer.write(&key, &status).await {
+                    Ok(()) => {
+                        written.insert(key, status);
+                    }
+                    Err(error) => {
+                        tracing::warn!(kind = key.0, namespace = %key.1, name = %key.2, %error, "writing Gateway API status failed; retrying");
+                        retry = true;
+                    }
+                }
+            }
+        } else {
+            written.clear();
+        }
+        let pause = tokio::time::sleep(Duration::from_secs(if retry { 2 } else { 3600 }));
+        tokio::select! {
+            changed = source.changes.changed() => if changed.is_err() { return },
+            changed = source.addresses.changed() => if changed.is_err() { return },
+            changed = leader.changed(), if leader_open => leader_open = changed.is_ok(),
+            () = pause => {}
+        }
+    }
+}
+
+/// The status every served object should show, without transition times.
+fn desired(
+    report: &GatewayReport,
+    addresses: &[GatewayStatusAddress],
+    controller: &str,
+) -> Vec<(StatusKey, Value)> {
+    let mut out = Vec::new();
+    for class in &report.classes {
+        let features: Vec<Value> = class
+            .supported_features
+            .iter()
+            .map(|name| json!({"name": name}))
+            .collect();
+        let status =
+            json!({"conditions": conditions(&class.conditions), "supportedFeatures": features});
+        out.push((("GatewayClass", String::new(), class.name.clone()), status));
+    }
+    for gateway in &report.gateways {
+        let listeners: Vec<Value> = gateway
+            .listeners
+            .iter()
+            .map(|l| {
+                json!({
+                    "name": l.name,
+                    "supportedKinds": l.supported_kinds,
+                    "attachedRoutes": l.attached_routes,
+                    "conditions": conditions(&l.conditions),
+                })
+            })
+            .collect();
+        let addresses: Vec<Value> = addresses
+            .iter()
+            .map(|a| json!({"type": a.address_type, "value": a.value}))
+            .collect();
+        let status = json!({
+            "addresses": addresses,
+            "conditions": conditions(&gateway.conditions),
+            "listeners": listeners,
+        });
+        out.push((
+            ("Gateway", gateway.namespace.clone(), gateway.name.clone()),
+            status,
+        ));
+    }
+    for route in &report.routes {
+        let kind = if route.kind == "GRPCRoute" {
+            "GRPCRoute"
+        } else {
+            "HTTPRoute"
+        };
+        let parents: Vec<Value> = route
+            .parents
+            .iter()
+            .map(|p| {
+                json!({
+                    "parentRef": p.parent_ref,
+                    "controllerName": controller,
+                    "conditions": conditions(&p.conditions),
+                })
+            })
+            .collect();
+        out.push((
+            (kind, route.namespace.clone(), route.name.clone()),
+            json!({"parents": parents}),
+        ));
+    }
+    out
+}
+
+fn conditions(conditions: &[Condition]) -> Value {
+    serde_json::to_value(conditions).unwrap_or_default()
+}
+
+/// Writes one object's status.
+struct Writer {
+    client: Client,
+    resources: Vec<GatewayApiResource>,
+    controller: String,
+}
+
+impl Writer {
+    fn api(&self, kind: &str, namespace: &str) -> Option<Api<DynamicObject>> {
+        let resource = self.resources.iter().find(|r| r.kind == kind)?;
+        Some(match resource.namespaced {
+            true => Api::namespaced_with(self.client.clone(), namespace, &resource.api),
+            false => Api::all_with(self.client.clone(), &resource.api),
+        })
+    }
+
+    /// Reads the object, merges `status` into what it shows (transition times kept, other
+    /// controllers' parents kept) and patches the status subresource when it differs.
+    async fn write(
+        &self,
+        (kind, namespace, name): &StatusKey,
+        status: &Value,
+    ) -> Result<(), kube::Error> {
+        let Some(api) = self.api(kind, namespace) else {
+            return Ok(());
+        };
+        let Some(current) = api.get_opt(name).await? else {
+            return Ok(());
+        };
+        let shown = current.data.get("status").cloned().unwrap_or(Value::Null);
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut merged = status.clone();
+        stamp(&mut merged, &shown, &now);
+        if let (Some(parents), Some(shown_parents)) = (
+            merged.get_mut("parents").and_then(Value::as_array_mut),
+            shown.get("parents").and_then(Value::as_array),
+        ) {
+            let others = shown_parents.iter().filter(|p| {
+                p.get("controllerName").and_then(Value::as_str) != Some(&self.controller)
+            });
+            let mut all: Vec<Value> = others.cloned().collect();
+            all.append(parents);
+            *parents = all;
+        }
+        if without_times(&merged) == without_times(&shown) {
+            return Ok(());
+        }
+        let patch = json!({"status": merged});
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        tracing::info!(kind, namespace, name, "wrote Gateway API status");
+        Ok(())
+    }
+}
+
+/// Gives every condition list in `status` its `lastTransitionTime`: the one `shown` has for
+/// the same condition type and status (matched by the list's place in the object), else now.
+fn stamp(status: &mut Value, shown: &Value, now: &str) {
+    match status {
+        Value::Object(fields) => {
+            for (key, value) in fields.iter_mut() {
+                let before = shown.get(key).unwrap_or(&Value::Null);
+                if key == "conditions" {
+                    stamp_conditions(value, before, now);
+                } else {
+                    stamp(value, before, now);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter_mut().enumerate() {
+                let before = shown.get(index).unwrap_or(&Value::Null);
+                stamp(item, before, now);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn stamp_conditions(conditions: &mut Value, shown: &Value, now: &str) {
+    for condition in conditions.as_array_mut().into_iter().flatten() {
+        let same = shown.as_array().and_then(|list| {
+            list.iter().find(|c| {
+                c.get("type") == condition.get("type") && c.get("status") == condition.get("status")
+            })
+        });
+        let time = same
+            .and_then(|c| c.get("lastTransitionTime"))
+            .cloned()
+            .unwrap_or_else(|| Value::String(now.to_owned()));
+        if let Some(fields) = condition.as_object_mut() {
+            fields.insert("lastTransitionTime".into(), time);
+        }
+    }
+}
+
+/// The value with every `lastTransitionTime` removed, for comparing what matters.
+fn without_times(value: &Value) -> Value {
+    match value {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .filter(|(key, _)| *key != "lastTransitionTime")
+                .map(|(key, value)| (key.clone(), without_times(value)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_times).collect()),
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let shown = json!({"conditions": [
+            {"type": "Accepted", "status": "True", "lastTransitionTime": "then"},
+            {"type": "Programmed", "status": "True", "lastTransitionTime": "then"},
+        ]});
+        let mut status = json!({"conditions": [
+            {"type": "Accepted", "status": "True"},
+            {"type": "Programmed", "status": "False"},
+        ]});
+        stamp(&mut status, &shown, "now");
+        assert_eq!(status["conditions"][0]["lastTransitionTime"], "then");
+        assert_eq!(status["conditions"][1]["lastTransitionTime"], "now");
+        assert_ne!(without_times(&status), without_times(&shown));
+    }
+}
