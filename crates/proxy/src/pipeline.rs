@@ -491,6 +491,12 @@ fn gateway_route<'r>(
     context: &mut RequestContext<'r>,
 ) -> Result<Target<'r>, ProxyError> {
     let host = inbound.route_host();
+    if let Some(session) = &context.client.tls {
+        // The host must select the listener (and so the certificate) the handshake did.
+        if !session.may_serve(table.gateways().tls_site(socket, &host)) {
+            return Err(ProxyError::Misdirected);
+        }
+    }
     let facts = RequestFacts {
         method: &parts.method,
         path: inbound.path(),

@@ -20,6 +20,7 @@ use crate::attached::Attached;
 use crate::path::PathMatch;
 use crate::policy::RoutePolicy;
 use crate::table::BackendIndex;
+use crate::tls::TlsSite;
 
 /// A Gateway API hostname: a listener's or a route's.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -341,16 +342,17 @@ impl ListenerRules {
     }
 }
 
-/// One listener on a socket: its hostname and its rules.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One listener on a socket: its hostname, its TLS site on an HTTPS socket, and its rules.
+#[derive(Clone, Debug, PartialEq)]
 struct SocketListener {
     hostname: HostPattern,
+    site: Option<Arc<TlsSite>>,
     rules: ListenerRules,
 }
 
 /// Everything served on one bound address and port: the listeners merged onto it, most
 /// specific hostname first.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct GatewaySocket {
     /// `HTTPS`: TLS is terminated before HTTP.
     pub tls: bool,
@@ -371,10 +373,24 @@ pub enum GatewayOutcome<'t> {
 }
 
 /// The Gateway listeners of a table, by socket address.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct GatewaySockets(HashMap<SocketAddr, GatewaySocket>);
 
 impl GatewaySockets {
+    /// The TLS site of the listener that a server name (or, without one, a request host)
+    /// selects on an HTTPS socket; `None` serves the default certificate.
+    pub fn tls_site(&self, socket: SocketAddr, host: &str) -> Option<&Arc<TlsSite>> {
+        self.listener(socket, host)?.site.as_ref()
+    }
+
+    fn listener(&self, socket: SocketAddr, host: &str) -> Option<&SocketListener> {
+        self.0
+            .get(&socket)?
+            .listeners
+            .iter()
+            .find(|listener| listener.hostname.matches(host))
+    }
+
     /// The sockets to bind, with whether each terminates TLS, sorted by address.
     pub fn addresses(&self) -> Vec<(SocketAddr, bool)> {
         let mut all: Vec<_> = self.0.iter().map(|(a, s)| (*a, s.tls)).collect();
@@ -394,12 +410,7 @@ impl GatewaySockets {
         request: &RequestFacts<'_>,
         draw: impl FnOnce(u32) -> u32,
     ) -> GatewayOutcome<'_> {
-        let listener = self.0.get(&socket).and_then(|socket| {
-            socket
-                .listeners
-                .iter()
-                .find(|listener| listener.hostname.matches(host))
-        });
+        let listener = self.listener(socket, host);
         let Some(rule) = listener.and_then(|listener| listener.rules.find(host, request)) else {
             return GatewayOutcome::NoRoute;
         };
@@ -417,9 +428,16 @@ pub struct GatewaySocketsBuilder {
 }
 
 impl GatewaySocketsBuilder {
-    /// Adds a listener with `hostname` on `socket`; a listener already there with the same
-    /// hostname is kept (the compiler reports the conflict). Says whether it was added.
-    pub fn add_listener(&mut self, socket: SocketAddr, tls: bool, hostname: HostPattern) -> bool {
+    /// Adds a listener with `hostname` on `socket`, with its TLS site on an HTTPS socket
+    /// (`site` is `Some`); a listener already there with the same hostname, or a socket of the
+    /// other protocol, is kept (the compiler reports the conflict). Says whether it was added.
+    pub fn add_listener(
+        &mut self,
+        socket: SocketAddr,
+        hostname: HostPattern,
+        site: Option<Arc<TlsSite>>,
+    ) -> bool {
+        let tls = site.is_some();
         let entry = self.sockets.entry(socket).or_insert_with(|| GatewaySocket {
             tls,
             listeners: Vec::new(),
@@ -429,6 +447,7 @@ impl GatewaySocketsBuilder {
         }
         entry.listeners.push(SocketListener {
             hostname,
+            site,
             rules: ListenerRules::default(),
         });
         true

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
-use sluice_proxy::{serve, ClientInfo, ListenerOptions, ShutdownSignal, ShutdownTrigger};
+use sluice_proxy::{
+    serve, serve_tls, ClientInfo, ListenerOptions, ShutdownSignal, ShutdownTrigger, TlsTerminator,
+};
 use tokio::task::JoinHandle;
 
 use crate::control::ControlPlane;
@@ -29,12 +31,31 @@ struct BoundSocket {
     task: JoinHandle<()>,
 }
 
+/// Binds one socket, with its TLS terminator when it serves HTTPS.
+fn bind_socket(
+    address: SocketAddr,
+    tls: bool,
+    control: &ControlPlane,
+    connect_timeout: std::time::Duration,
+) -> Result<(tokio::net::TcpListener, Option<Arc<TlsTerminator>>), String> {
+    let terminator = match tls {
+        true => {
+            let terminator = TlsTerminator::new(control.table().clone(), connect_timeout)
+                .map_err(|error| error.to_string())?;
+            Some(Arc::new(terminator.for_gateway_socket(address)))
+        }
+        false => None,
+    };
+    let listener = bind_listener(address).map_err(|error| error.to_string())?;
+    Ok((listener, terminator))
+}
+
 /// Keeps the bound Gateway sockets equal to the published table's until `shutdown` stops
 /// serving, then stops them all and waits for their connections to finish.
 pub(crate) async fn run<F, Fut, B>(
     control: Arc<ControlPlane>,
     handler: F,
-    options: ListenerOptions,
+    (options, connect_timeout): (ListenerOptions, std::time::Duration),
     shutdown: ShutdownSignal,
 ) where
     F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
@@ -57,25 +78,33 @@ pub(crate) async fn run<F, Fut, B>(
             }
             keep
         });
-        for (address, _tls) in sockets {
-            if bound.contains_key(&address) {
-                continue;
-            }
-            match bind_listener(address) {
-                Ok(listener) => {
-                    tracing::info!(%address, "Gateway socket bound");
-                    let (stop, signal) = ShutdownSignal::new();
-                    let socket_options = ListenerOptions {
-                        gateway_socket: Some(address),
-                        ..options.clone()
-                    };
-                    let task =
-                        tokio::spawn(serve(listener, handler.clone(), signal, socket_options));
-                    bound.insert(address, BoundSocket { stop, task });
-                }
-                Err(error) => {
-                    tracing::warn!(%address, %error, "cannot bind a Gateway listener's socket");
-                    unbound.push((address, error.to_string()));
+        for (address, tls) in sockets {
+            if !bound.contains_key(&address) {
+                match bind_socket(address, tls, &control, connect_timeout) {
+                    Ok((listener, terminator)) => {
+                        tracing::info!(%address, tls, "Gateway socket bound");
+                        let (stop, signal) = ShutdownSignal::new();
+                        let socket_options = ListenerOptions {
+                            gateway_socket: Some(address),
+                            ..options.clone()
+                        };
+                        let handler = handler.clone();
+                        let task = match terminator {
+                            Some(tls) => tokio::spawn(serve_tls(
+                                listener,
+                                handler,
+                                signal,
+                                socket_options,
+                                tls,
+                            )),
+                            None => tokio::spawn(serve(listener, handler, signal, socket_options)),
+                        };
+                        bound.insert(address, BoundSocket { stop, task });
+                    }
+                    Err(error) => {
+                        tracing::warn!(%address, %error, "cannot bind a Gateway listener's socket");
+                        unbound.push((address, error));
+                    }
                 }
             }
         }

@@ -172,10 +172,13 @@ impl Server {
         let gateway_task = tokio::spawn(crate::gateway_listeners::run(
             control.clone(),
             proxy_handler.clone(),
-            ListenerOptions {
-                metrics: metrics.connections.listener("gateway"),
-                ..config.listener.clone()
-            },
+            (
+                ListenerOptions {
+                    metrics: metrics.connections.listener("gateway"),
+                    ..config.listener.clone()
+                },
+                config.proxy.connect_timeout,
+            ),
             shutdown.clone(),
         ));
         let admin = Arc::new(admin::Admin::new(

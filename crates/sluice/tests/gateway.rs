@@ -369,3 +369,96 @@ async fn a_changed_httproute_is_served_without_a_restart_and_a_removed_gateway_c
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_listeners_serve_each_hostname_its_certificate_over_h2_and_http11_and_misdirected_requests_get_421(
+) {
+    use support::tls::{curl, write_pem};
+    let pod = EchoBackend::start("secure", pod_ip(199)).await.unwrap();
+    let ca = sluice_testkit::TestCa::new("gateway CA").unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let ca_file = write_pem(files.path(), "ca.pem", &ca.cert_pem());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let ip = gateway_ip(6);
+    let listener = |name: &str, host: &str, secret: &str| {
+        format!("  - {{name: {name}, port: {port}, protocol: HTTPS, hostname: {host}, tls: {{certificateRefs: [{{name: {secret}}}]}}}}\n")
+    };
+    let gateway_yaml = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: sluice}}\nspec: {{controllerName: sluice.dev/gateway-controller}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw}}\nspec:\n  gatewayClassName: sluice\n  addresses: [{{value: \"{ip}\"}}]\n  listeners:\n{}{}",
+        listener("a", "a.gw.test", "cert-a"),
+        listener("b", "b.gw.test", "cert-b"),
+    ) + &listener("c", "c.gw.test", "no-such-secret");
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            gateway_yaml,
+            route(
+                "secure",
+                "  rules: [{backendRefs: [{name: secure, port: 8080}]}]\n",
+            ),
+            service("secure", 8080, &[pod.addr()]),
+            ca.server(&["a.gw.test"])
+                .unwrap()
+                .secret_yaml("default", "cert-a", None),
+            ca.server(&["b.gw.test"])
+                .unwrap()
+                .secret_yaml("default", "cert-b", None),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(SocketAddr::new(ip, port)).await;
+    let resolve = |host: &str| format!("{host}:{port}:{ip}");
+    for host in ["a.gw.test", "b.gw.test"] {
+        for (flag, status_line) in [("--http2", "HTTP/2 200"), ("--http1.1", "HTTP/1.1 200")] {
+            let url = format!("https://{host}:{port}/");
+            let (code, out) = curl(&[
+                "-i",
+                flag,
+                "--cacert",
+                &ca_file,
+                "--resolve",
+                &resolve(host),
+                &url,
+            ]);
+            // Verification against the CA fails unless the certificate names the host.
+            assert_eq!(code, 0, "{host} {flag}: {out}");
+            assert!(out.starts_with(status_line), "{host} {flag}: {out}");
+            assert!(out.ends_with("secure\n"), "{out}");
+        }
+    }
+    let url = format!("https://a.gw.test:{port}/");
+    let (code, out) = curl(&[
+        "-i",
+        "--http1.1",
+        "--cacert",
+        &ca_file,
+        "--resolve",
+        &resolve("a.gw.test"),
+        "-H",
+        "Host: b.gw.test",
+        &url,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("HTTP/1.1 421"), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let listeners = report["gateways"][0]["listeners"].as_array().unwrap();
+    let condition = |listener: &serde_json::Value, index: usize| {
+        let c = &listener["conditions"][index];
+        let field = |name: &str| c[name].as_str().unwrap().to_owned();
+        (field("type"), field("status"), field("reason"))
+    };
+    for listener in &listeners[..2] {
+        assert_eq!(condition(listener, 3).1, "True", "{report}");
+    }
+    let refs = condition(&listeners[2], 1);
+    let expected = (
+        "ResolvedRefs".to_owned(),
+        "False".to_owned(),
+        "InvalidCertificateRef".to_owned(),
+    );
+    assert_eq!(refs, expected, "{report}");
+    assert_eq!(condition(&listeners[2], 3).1, "False", "{report}");
+}

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use k8s_openapi::api::networking::v1::{IngressServiceBackend, ServiceBackendPort};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use sluice_routing::{
-    Backend, BackendId, BackendMode, EndpointSet, GatewayFilters, GatewayRule, HostPattern,
-    RequestMatch, RoutePolicy, RuleAction, RulePrecedence, TableBuilder, WeightedBackend,
+    Backend, BackendId, BackendMode, Certificate, EndpointSet, GatewayFilters, GatewayRule,
+    HostPattern, RequestMatch, RoutePolicy, RuleAction, RulePrecedence, TableBuilder, TlsSite,
+    WeightedBackend,
 };
 
 use super::backend::{
@@ -20,6 +21,7 @@ use super::backend::{
     ServiceReference,
 };
 use super::policy::{route_policy, IngressSide, ServiceName};
+use super::tls::TlsMerge;
 use crate::annotations::{IngressPolicy, ServiceUpstream};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use crate::gateway::rules::{add_filters, request_matches, Unsupported};
@@ -67,11 +69,12 @@ pub(crate) struct GatewayInputs<'a> {
     pub endpoints: &'a dyn EndpointResolver,
 }
 
-/// Where the Gateway compile writes.
-pub(crate) struct GatewaySinks<'a> {
+/// Where the Gateway compile writes, and the certificates it loads.
+pub(crate) struct GatewaySinks<'a, 'c> {
     pub builder: &'a mut TableBuilder,
     pub endpoint_sources: &'a mut EndpointSources,
     pub diagnostics: &'a mut Diagnostics,
+    pub tls: &'a mut TlsMerge<'c>,
 }
 
 /// A served Gateway.
@@ -93,6 +96,8 @@ struct ListenerPlan<'a> {
     kinds: Vec<RouteGroupKind>,
     conditions: Vec<Condition>,
     attached: u32,
+    /// On an HTTPS listener: the certificate of its first `certificateRefs` Secret.
+    certificate: Option<Arc<Certificate>>,
 }
 
 impl ListenerPlan<'_> {
@@ -114,7 +119,7 @@ impl ListenerPlan<'_> {
 /// Compiles every served Gateway API object; returns their status.
 pub(crate) fn compile_gateways(
     inputs: &GatewayInputs<'_>,
-    sinks: GatewaySinks<'_>,
+    sinks: GatewaySinks<'_, '_>,
 ) -> GatewayReport {
     let snapshot = inputs.snapshot;
     let classes: Vec<(&String, &GatewayClass)> = snapshot
@@ -139,16 +144,21 @@ pub(crate) fn compile_gateways(
             conditions: Vec::new(),
         })
         .collect();
-    let mut plans = plan_listeners(&mut gateways, inputs, sinks.diagnostics);
+    let mut sinks = sinks;
+    let mut plans = plan_listeners(&mut gateways, inputs, &mut sinks);
     for plan in plans.iter().filter(|plan| plan.programmed()) {
+        let served = &gateways[plan.gateway];
+        let site = plan.certificate.as_ref().map(|certificate| {
+            let owner: Arc<str> = format!("{}/{}", served.key.namespace, served.key.name).into();
+            Arc::new(TlsSite::new(owner, Some(certificate.clone()), None))
+        });
         for socket in &plan.sockets {
             sinks
                 .builder
                 .gateways()
-                .add_listener(*socket, plan.tls, plan.hostname.clone());
+                .add_listener(*socket, plan.hostname.clone(), site.clone());
         }
     }
-    let mut sinks = sinks;
     for (rank, (key, route)) in oldest_first(&snapshot.http_routes).into_iter().enumerate() {
         let parents = attach_route(
             key,
@@ -213,8 +223,9 @@ impl<S> HasMetadata for crate::gateway::GatewayObject<S> {
 fn plan_listeners<'a>(
     gateways: &mut [ServedGateway<'a>],
     inputs: &GatewayInputs<'_>,
-    diagnostics: &mut Diagnostics,
+    sinks: &mut GatewaySinks<'_, '_>,
 ) -> Vec<ListenerPlan<'a>> {
+    let diagnostics = &mut *sinks.diagnostics;
     let mut plans = Vec::new();
     let mut claimed: BTreeMap<SocketAddr, Vec<(bool, HostPattern)>> = BTreeMap::new();
     for (index, served) in gateways.iter_mut().enumerate() {
@@ -233,8 +244,15 @@ fn plan_listeners<'a>(
         };
         for (position, listener) in served.gateway.spec.listeners.iter().enumerate() {
             let field = format!("spec.listeners[{position}]");
-            let mut plan =
-                plan_listener(index, listener, &addresses, (inputs.snapshot, served.key));
+            let certificate = match listener.protocol.as_str() {
+                "HTTPS" => Some(listener_certificate(
+                    listener,
+                    (inputs.snapshot, served.key),
+                    sinks.tls,
+                )),
+                _ => None,
+            };
+            let mut plan = plan_listener(index, listener, &addresses, certificate);
             plan.namespace = &served.key.namespace;
             if plan.accepted() && !addresses.is_empty() {
                 claim_sockets(&mut plan, &mut claimed);
@@ -293,7 +311,7 @@ fn plan_listener<'a>(
     gateway: usize,
     listener: &'a Listener,
     addresses: &[IpAddr],
-    (snapshot, key): (&Snapshot, &ObjectKey),
+    certificate: Option<Result<Arc<Certificate>, (&'static str, String)>>,
 ) -> ListenerPlan<'a> {
     let tls = listener.protocol == "HTTPS";
     let (kinds, kinds_valid) = supported_kinds(listener);
@@ -318,10 +336,10 @@ fn plan_listener<'a>(
             message,
         ));
     }
-    let refs = if tls {
-        certificate_refs(listener, snapshot, key)
-    } else {
-        Ok(())
+    let (refs, certificate) = match certificate {
+        Some(Ok(certificate)) => (Ok(()), Some(certificate)),
+        Some(Err(problem)) => (Err(problem), None),
+        None => (Ok(()), None),
     };
     match (&refs, kinds_valid) {
         (Err((reason, message)), _) => {
@@ -351,23 +369,15 @@ fn plan_listener<'a>(
         "NoConflicts",
         "no conflict",
     ));
-    let programmed = match (protocol_ok, &refs, tls) {
-        (false, _, _) => {
-            Condition::new("Programmed", false, "Invalid", "the listener is not valid")
-        }
-        (true, Err(_), _) => Condition::new(
+    let programmed = match (protocol_ok, &refs) {
+        (false, _) => Condition::new("Programmed", false, "Invalid", "the listener is not valid"),
+        (true, Err(_)) => Condition::new(
             "Programmed",
             false,
             "Invalid",
             "the certificate references do not resolve",
         ),
-        (true, Ok(()), true) => Condition::new(
-            "Programmed",
-            false,
-            "Pending",
-            "HTTPS listeners are not served by this sluice yet",
-        ),
-        (true, Ok(()), false) => Condition::new("Programmed", true, "Programmed", "listening"),
+        (true, Ok(())) => Condition::new("Programmed", true, "Programmed", "listening"),
     };
     conditions.push(programmed);
     ListenerPlan {
@@ -383,6 +393,7 @@ fn plan_listener<'a>(
         kinds,
         conditions,
         attached: 0,
+        certificate,
     }
 }
 
@@ -407,12 +418,13 @@ fn supported_kinds(listener: &Listener) -> (Vec<RouteGroupKind>, bool) {
     (served, all_served)
 }
 
-/// Checks an HTTPS listener's certificate Secrets: kind, ReferenceGrant, presence.
-fn certificate_refs(
+/// Checks an HTTPS listener's certificate Secrets (kind, ReferenceGrant, a certificate that
+/// loads) and returns the first one's certificate, which the listener serves.
+fn listener_certificate(
     listener: &Listener,
-    snapshot: &Snapshot,
-    key: &ObjectKey,
-) -> Result<(), (&'static str, String)> {
+    (snapshot, key): (&Snapshot, &ObjectKey),
+    tls: &mut TlsMerge<'_>,
+) -> Result<Arc<Certificate>, (&'static str, String)> {
     let refs = listener
         .tls
         .as_ref()
@@ -448,17 +460,18 @@ fn certificate_refs(
                 ),
             ));
         }
-        if !snapshot
-            .secrets
-            .contains_key(&ObjectKey::new(namespace, &reference.name))
-        {
-            return Err((
-                "InvalidCertificateRef",
-                format!("Secret {namespace}/{} not found", reference.name),
-            ));
-        }
     }
-    Ok(())
+    let mut first = None;
+    for reference in refs {
+        let namespace = reference.namespace.as_deref().unwrap_or(&key.namespace);
+        let secret = ObjectKey::new(namespace, &reference.name);
+        let certificate = tls.listener_certificate(&secret).map_err(|problem| {
+            let message = format!("Secret {namespace}/{}: {problem}", reference.name);
+            ("InvalidCertificateRef", message)
+        })?;
+        first.get_or_insert(certificate);
+    }
+    first.ok_or(("InvalidCertificateRef", "no certificate".to_owned()))
 }
 
 /// Who asks to refer across namespaces.
@@ -618,7 +631,7 @@ fn attach_route(
     rank: usize,
     (gateways, plans): (&[ServedGateway<'_>], &mut [ListenerPlan<'_>]),
     inputs: &GatewayInputs<'_>,
-    sinks: &mut GatewaySinks<'_>,
+    sinks: &mut GatewaySinks<'_, '_>,
 ) -> Vec<ParentStatus> {
     let object = ObjectRef::new("HTTPRoute", Some(&key.namespace), &key.name);
     let route_hosts: Vec<HostPattern> = match route.spec.hostnames.as_slice() {
@@ -885,7 +898,7 @@ fn compile_rules(
     route: &HttpRoute,
     rank: usize,
     inputs: &GatewayInputs<'_>,
-    sinks: &mut GatewaySinks<'_>,
+    sinks: &mut GatewaySinks<'_, '_>,
 ) -> CompiledRules {
     let object = ObjectRef::new("HTTPRoute", Some(&key.namespace), &key.name);
     let name: Arc<str> = format!("{}/{}", key.namespace, key.name).into();
@@ -1002,7 +1015,7 @@ fn backend_choice(
     reference: &RouteBackend<'_>,
     filters: GatewayFilters,
     inputs: &GatewayInputs<'_>,
-    sinks: &mut GatewaySinks<'_>,
+    sinks: &mut GatewaySinks<'_, '_>,
 ) -> Result<WeightedBackend, (&'static str, String, WeightedBackend)> {
     let target = &reference.backend_ref.backend;
     let weight = reference.backend_ref.weight.unwrap_or(1);

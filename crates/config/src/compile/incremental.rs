@@ -306,6 +306,7 @@ impl IncrementalCompiler {
             builder: &mut merge.builder,
             endpoint_sources: &mut merge.endpoint_sources,
             diagnostics: &mut merge.diagnostics,
+            tls: &mut tls,
         };
         let gateways = compile_gateways(gateways, sinks);
         Compiled {

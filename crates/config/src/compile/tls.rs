@@ -480,6 +480,19 @@ impl TlsMerge<'_> {
         }
     }
 
+    /// The certificate of a Gateway listener's `certificateRefs` Secret, or why it cannot
+    /// serve (missing, not a TLS Secret, unreadable, expired or not valid yet).
+    pub(super) fn listener_certificate(
+        &mut self,
+        secret: &ObjectKey,
+    ) -> Result<Arc<Certificate>, String> {
+        let loaded = self.cache.certificate(self.snapshot, secret)?;
+        if now_outside(&loaded, self.now) {
+            return Err("the certificate is expired or not valid yet".to_owned());
+        }
+        Ok(loaded.certificate.clone())
+    }
+
     /// `--default-certificate`: used when its Secret can serve, else a diagnostic and the
     /// data plane's generated one.
     pub(super) fn default_certificate(

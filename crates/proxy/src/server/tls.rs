@@ -86,6 +86,9 @@ pub struct TlsTerminator {
     /// The default configuration, with the table's default certificate it was built for.
     default_config: Mutex<Option<DefaultConfig>>,
     connect_timeout: Duration,
+    /// On a Gateway HTTPS socket: its address; the listener the server name selects on it
+    /// gives the certificate, instead of the Ingress TLS hosts.
+    gateway_socket: Option<std::net::SocketAddr>,
 }
 
 /// A site's server configuration, and the check of client certificates when it asks for them.
@@ -123,13 +126,22 @@ impl TlsTerminator {
             generated: Arc::new(generated),
             default_config: Mutex::new(None),
             connect_timeout,
+            gateway_socket: None,
         })
+    }
+
+    /// This terminator for the Gateway HTTPS socket bound at `socket`: each handshake gets
+    /// the certificate of the listener its server name selects (none passes through).
+    pub fn for_gateway_socket(mut self, socket: std::net::SocketAddr) -> Self {
+        self.gateway_socket = Some(socket);
+        self
     }
 
     /// Reads the ClientHello and completes the handshake, or splices a passthrough host.
     pub(crate) async fn handshake(&self, mut io: Rewound<TcpStream>) -> io::Result<Handshake> {
         let table = self.table.load();
-        if table.tls().has_passthrough() {
+        let passthrough = self.gateway_socket.is_none() && table.tls().has_passthrough();
+        if passthrough {
             io.record();
         }
         let mut start = LazyConfigAcceptor::new(Acceptor::default(), io).await?;
@@ -139,7 +151,7 @@ impl TlsTerminator {
             .map(|name| name.to_ascii_lowercase().into_boxed_str());
         if let Some(host) = sni
             .as_ref()
-            .filter(|name| table.passthrough(name).is_some())
+            .filter(|name| passthrough && table.passthrough(name).is_some())
         {
             let host = host.clone();
             let (socket, hello, unread) = start.io.into_parts();
@@ -152,10 +164,13 @@ impl TlsTerminator {
             }));
         }
         start.io.stop_recording();
-        let site = sni
-            .as_deref()
-            .and_then(|name| table.tls().site(name))
-            .cloned();
+        let site = match self.gateway_socket {
+            Some(socket) => table
+                .gateways()
+                .tls_site(socket, sni.as_deref().unwrap_or("")),
+            None => sni.as_deref().and_then(|name| table.tls().site(name)),
+        }
+        .cloned();
         let config = self.config_for(site.as_deref(), &table)?;
         let stream = start.into_stream(config.server.clone()).await?;
         let (_, connection) = stream.get_ref();
