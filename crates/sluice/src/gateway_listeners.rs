@@ -6,6 +6,7 @@
 //! reason=PortUnavailable`; the other sockets serve. A socket dropped from the table stops
 //! accepting at once and its connections finish under the grace period, as at shutdown.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -79,7 +80,7 @@ pub(crate) async fn run<F, Fut, B>(
             keep
         });
         for (address, tls) in sockets {
-            if !bound.contains_key(&address) {
+            if let Entry::Vacant(slot) = bound.entry(address) {
                 match bind_socket(address, tls, &control, connect_timeout) {
                     Ok((listener, terminator)) => {
                         tracing::info!(%address, tls, "Gateway socket bound");
@@ -99,7 +100,7 @@ pub(crate) async fn run<F, Fut, B>(
                             )),
                             None => tokio::spawn(serve(listener, handler, signal, socket_options)),
                         };
-                        bound.insert(address, BoundSocket { stop, task });
+                        slot.insert(BoundSocket { stop, task });
                     }
                     Err(error) => {
                         tracing::warn!(%address, %error, "cannot bind a Gateway listener's socket");
