@@ -1,4 +1,4 @@
-//! `mirror-target`: a copy of each request goes to a mirror, fire-and-forget; its answer is discarded and its failure never touches the client's request.
+//! Mirrors (`mirror-target`, and Gateway API `RequestMirror` filters): a copy of each request goes to a mirror, fire-and-forget; its answer is discarded and its failure never touches the client's request.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -8,7 +8,7 @@ use http::header::{CONTENT_LENGTH, HOST};
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Request, Uri};
 use http_body_util::Full;
-use sluice_routing::{Mirror, RoutePolicy};
+use sluice_routing::{GatewayMirror, Mirror, RoutePolicy, RoutingTable};
 
 use crate::body::RequestBody;
 use crate::headers::headers_for_copy;
@@ -43,9 +43,13 @@ impl MirrorCopy {
         })
     }
 
-    /// Whether the copy carries the body, so the body must be kept to send twice.
+    /// Whether a copy carries the body, so the body must be kept to send twice.
     pub(crate) fn wants_body(policy: &RoutePolicy) -> bool {
         policy.mirror.as_ref().is_some_and(|mirror| mirror.body)
+            || policy
+                .gateway
+                .as_ref()
+                .is_some_and(|g| !g.mirrors.is_empty())
     }
 
     /// The copy's head: the client's method and headers (hop-by-hop and framing dropped), the
@@ -83,36 +87,90 @@ impl MirrorCopy {
     /// Sends the copy in the background. A body streamed to the pod (larger than the replay
     /// buffer) cannot be copied: that request is not mirrored.
     pub(crate) fn send(&self, head: MirrorHead, body: &RequestBody, client: &OutboundClient) {
-        let bytes = match (self.mirror.body, body) {
-            (false, _) => Bytes::new(),
-            (true, RequestBody::Replayable(bytes)) => bytes.clone(),
-            (true, RequestBody::Streaming(_)) => {
-                tracing::debug!("request body streamed to the pod: not mirrored");
-                return;
-            }
-        };
-        let Ok(client) = client.get().cloned() else {
-            return;
-        };
-        let Some(slot) = InFlight::take() else {
-            tracing::debug!("{MAX_IN_FLIGHT} mirrored requests in progress: this one is skipped");
-            return;
-        };
-        let (mut parts, ()) = (*head.0).into_parts();
-        parts
-            .headers
-            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        let request = Request::from_parts(parts, Full::new(bytes));
-        let timeout = self.timeout;
-        tokio::spawn(async move {
-            let _slot = slot;
-            match tokio::time::timeout(timeout, client.request(request)).await {
-                Ok(Ok(_answer)) => {}
-                Ok(Err(error)) => tracing::debug!(%error, "mirror failed"),
-                Err(_) => tracing::debug!("mirror did not answer in time"),
-            }
-        });
+        send_copy(head, body, self.mirror.body, client, self.timeout);
     }
+}
+
+/// The heads of a Gateway API route's `RequestMirror` copies for this request: for each
+/// mirror whose share draws it, the client's method, target and headers, sent to one ready
+/// endpoint of the mirror's backend (at random).
+pub(crate) fn gateway_mirror_heads(
+    mirrors: &[GatewayMirror],
+    table: &RoutingTable,
+    request: &Parts,
+) -> Vec<MirrorHead> {
+    mirrors
+        .iter()
+        .filter(|mirror| fastrand::u32(0..mirror.denominator) < mirror.numerator)
+        .filter_map(|mirror| {
+            let backend = table.backend(mirror.index?)?;
+            let set = backend.endpoints().load();
+            let ready = set.ready();
+            let endpoint = ready.get(fastrand::usize(..ready.len().max(1)))?;
+            let uri = format!("http://{}{}", endpoint.authority(), request_uri(request));
+            let mut copy = Request::new(());
+            *copy.method_mut() = request.method.clone();
+            *copy.headers_mut() = headers_for_copy(&request.headers);
+            if let Some(host) = request.headers.get(HOST).cloned().or_else(|| {
+                let authority = request.uri.authority()?;
+                HeaderValue::try_from(authority.as_str()).ok()
+            }) {
+                copy.headers_mut().insert(HOST, host);
+            }
+            *copy.uri_mut() = Uri::try_from(uri).ok()?;
+            Some(MirrorHead(Box::new(copy)))
+        })
+        .collect()
+}
+
+/// Sends Gateway API mirror copies, with the request's body.
+pub(crate) fn send_gateway_copies(
+    heads: Vec<MirrorHead>,
+    body: &RequestBody,
+    client: &OutboundClient,
+) {
+    for head in heads {
+        send_copy(head, body, true, client, DEFAULT_MIRROR_TIMEOUT);
+    }
+}
+
+/// Sends one copy in the background, with the body when `with_body` (a body streamed to the
+/// pod cannot be copied: then nothing is sent), at most `timeout` long.
+fn send_copy(
+    head: MirrorHead,
+    body: &RequestBody,
+    with_body: bool,
+    client: &OutboundClient,
+    timeout: Duration,
+) {
+    let bytes = match (with_body, body) {
+        (false, _) => Bytes::new(),
+        (true, RequestBody::Replayable(bytes)) => bytes.clone(),
+        (true, RequestBody::Streaming(_)) => {
+            tracing::debug!("request body streamed to the pod: not mirrored");
+            return;
+        }
+    };
+    let Ok(client) = client.get().cloned() else {
+        return;
+    };
+    let Some(slot) = InFlight::take() else {
+        tracing::debug!("{MAX_IN_FLIGHT} mirrored requests in progress: this one is skipped");
+        return;
+    };
+    let (mut parts, ()) = (*head.0).into_parts();
+    parts
+        .headers
+        .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    let request = Request::from_parts(parts, Full::new(bytes));
+    tokio::spawn(async move {
+        let _slot = slot;
+        match tokio::time::timeout(timeout, client.request(request)).await {
+            Ok(Ok(_answer)) => {}
+            Ok(Err(error)) => tracing::debug!(%error, "mirror failed"),
+            Err(_) => tracing::debug!("mirror did not answer in time"),
+        }
+    });
 }
 
 /// One mirrored request in progress.

@@ -278,6 +278,12 @@ impl Proxy {
         let mirror = filters
             .mirror()
             .and_then(|mirror| Some((mirror, mirror.head(context, &parts)?)));
+        let gateway_copies = match &target.policy.gateway {
+            Some(gateway) if !gateway.mirrors.is_empty() => {
+                crate::mirror::gateway_mirror_heads(&gateway.mirrors, table, &parts)
+            }
+            _ => Vec::new(),
+        };
         // Only a route with custom error pages keeps the URI as sent (for X-Original-URI).
         let original_uri = target
             .policy
@@ -298,6 +304,9 @@ impl Proxy {
         let body = self.prepare_body(&parts, body, target.policy).await?;
         if let Some((mirror, head)) = mirror {
             mirror.send(head, &body, &self.outbound);
+        }
+        if !gateway_copies.is_empty() {
+            crate::mirror::send_gateway_copies(gateway_copies, &body, &self.outbound);
         }
         // Choose an endpoint and send.
         let settings = AttemptSettings {

@@ -73,6 +73,21 @@ pub struct GatewayFilters {
     pub rewrite_host: Option<String>,
     /// `URLRewrite`: the path the pod gets.
     pub rewrite_path: Option<PathChange>,
+    /// `RequestMirror`: backends that get a copy of a share of the requests.
+    pub mirrors: Vec<GatewayMirror>,
+}
+
+/// One `RequestMirror` filter: the backend a copy goes to, and the share of requests copied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GatewayMirror {
+    /// The backend's id, for display.
+    pub backend: crate::backend::BackendId,
+    /// Where the backend sits in the table.
+    #[serde(skip)]
+    pub index: Option<crate::table::BackendIndex>,
+    /// Copied requests per `denominator`.
+    pub numerator: u32,
+    pub denominator: u32,
 }
 
 /// Headers set (replacing), added (appended) and removed, as a HeaderModifier filter lists.

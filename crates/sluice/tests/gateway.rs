@@ -462,3 +462,136 @@ async fn https_listeners_serve_each_hostname_its_certificate_over_h2_and_http11_
     assert_eq!(refs, expected, "{report}");
     assert_eq!(condition(&listeners[2], 3).1, "False", "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
+    let pods = support::pods_on(&["p1", "p2", "p3"], 200, free_port()).await;
+    let all: Vec<SocketAddr> = pods.iter().map(EchoBackend::addr).collect();
+    let copies = RawBackend::start(pod_ip(203)).await.unwrap();
+    let never = RawBackend::start(pod_ip(204)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let socket = SocketAddr::new(gateway_ip(7), port);
+    let rules = r#"  rules:
+  - matches: [{path: {value: /mirror}}]
+    filters:
+    - {type: RequestMirror, requestMirror: {backendRef: {name: copies, port: 8080}}}
+    - {type: RequestMirror, requestMirror: {backendRef: {name: never, port: 8080}, fraction: {numerator: 0}}}
+    backendRefs: [{name: pods, port: 8080}]
+  - matches: [{path: {value: /__testkit/sleep}}]
+    timeouts: {request: 300ms}
+    backendRefs: [{name: pods, port: 8080}]
+  - matches: [{path: {value: /__testkit/status}}]
+    retry: {codes: [500], attempts: 1}
+    backendRefs: [{name: pods, port: 8080}]
+  - matches: [{path: {value: /sticky}}]
+    sessionPersistence: {sessionName: gw-session}
+    backendRefs: [{name: pods, port: 8080}]
+  - matches: [{path: {value: /cors}}]
+    filters:
+    - {type: CORS, cors: {allowOrigins: ["https://app.example.com"], allowMethods: [GET, PUT], maxAge: 60}}
+    backendRefs: [{name: pods, port: 8080}]
+"#;
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            gateway(gateway_ip(7), &[("http", port, "")]),
+            route("settings", rules),
+            service("pods", 8080, &all),
+            service("copies", 8080, &[copies.addr()]),
+            service("never", 8080, &[never.addr()]),
+        ],
+    );
+    let _sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(socket).await;
+    let client = http_client();
+    let url = |path: &str| format!("http://{socket}{path}");
+    for _ in 0..4 {
+        let reply = get(&client, &url("/mirror/a?b=c"), "mirror.test")
+            .await
+            .unwrap();
+        assert_eq!(reply.status, 200);
+    }
+    wait_until(
+        "four copies at the mirror",
+        Duration::from_secs(5),
+        || async { copies.requests().len() == 4 },
+    )
+    .await;
+    let copy = &copies.requests()[0];
+    assert_eq!(copy.request_line(), "GET /mirror/a?b=c HTTP/1.1");
+    assert_eq!(copy.header("host"), Some("mirror.test"));
+    assert!(never.requests().is_empty(), "a 0 share mirrors nothing");
+
+    let started = std::time::Instant::now();
+    let slow = get(&client, &url("/__testkit/sleep/3000"), "x")
+        .await
+        .unwrap();
+    assert_eq!(slow.status, 504, "{slow:?}");
+    assert!(started.elapsed() < Duration::from_millis(2500));
+
+    let before: u64 = pods.iter().map(EchoBackend::requests).sum();
+    let failed = get(&client, &url("/__testkit/status/500"), "x")
+        .await
+        .unwrap();
+    assert_eq!(failed.status, 500);
+    let after: u64 = pods.iter().map(EchoBackend::requests).sum();
+    assert_eq!(after - before, 2, "one try and one retry on another pod");
+
+    let first = get(&client, &url("/sticky"), "x").await.unwrap();
+    let cookie = first.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(cookie.starts_with("gw-session="), "{cookie}");
+    for _ in 0..6 {
+        let again = send(
+            &client,
+            http::Method::GET,
+            &url("/sticky"),
+            "x",
+            &[("cookie", &cookie)],
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(again.body, first.body, "the session stays on one pod");
+    }
+
+    let origin = [
+        ("origin", "https://app.example.com"),
+        ("access-control-request-method", "PUT"),
+    ];
+    let preflight = send(
+        &client,
+        http::Method::OPTIONS,
+        &url("/cors"),
+        "x",
+        &origin,
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert!(preflight.status.is_success(), "{preflight:?}");
+    assert_eq!(
+        preflight.headers["access-control-allow-origin"],
+        "https://app.example.com"
+    );
+    assert_eq!(preflight.headers["access-control-max-age"], "60");
+    let other = [("origin", "https://evil.test")];
+    let refused = send(
+        &client,
+        http::Method::GET,
+        &url("/cors"),
+        "x",
+        &other,
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert!(refused.headers.get("access-control-allow-origin").is_none());
+}

@@ -153,6 +153,8 @@ pub(super) enum BackendField {
         rule: usize,
         backend: usize,
     },
+    /// The backendRef of a Gateway API `RequestMirror` filter.
+    Mirror,
 }
 
 /// The field of the `default-backend` annotation written under the prefix of rank `prefix`.
@@ -174,6 +176,7 @@ impl BackendField {
                 let suffix = suffix.strip_prefix(".service").unwrap_or(suffix);
                 format!("spec.rules[{rule}].backendRefs[{backend}]{suffix}")
             }
+            Self::Mirror => format!("a RequestMirror backendRef{suffix}"),
         }
     }
 }

@@ -11,27 +11,29 @@ use std::sync::Arc;
 use k8s_openapi::api::networking::v1::{IngressServiceBackend, ServiceBackendPort};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use sluice_routing::{
-    Backend, BackendId, BackendMode, Certificate, EndpointSet, GatewayFilters, GatewayRule,
-    HostPattern, RequestMatch, RoutePolicy, RuleAction, RulePrecedence, TableBuilder, TlsSite,
-    WeightedBackend,
+    Backend, BackendId, BackendMode, Certificate, EndpointSet, GatewayFilters, GatewayMirror,
+    GatewayRule, HostPattern, RequestMatch, RoutePolicy, RuleAction, RulePrecedence, TableBuilder,
+    TlsSite, WeightedBackend,
 };
 
 use super::backend::{
-    resolve, BackendField, BackendSink, EndpointResolver, EndpointSources, ServiceIndex,
+    resolve, BackendField, BackendSink, EndpointResolver, EndpointSources, Resolved, ServiceIndex,
     ServiceReference,
 };
 use super::policy::{route_policy, IngressSide, ServiceName};
 use super::tls::TlsMerge;
 use crate::annotations::{IngressPolicy, ServiceUpstream};
 use crate::diagnostic::{Diagnostics, ObjectRef};
-use crate::gateway::rules::{add_filters, request_matches, Unsupported};
+use crate::gateway::rules::{
+    add_filters, request_matches, rule_settings, FilterSet, RuleSettings, Unsupported,
+};
 use crate::gateway::status::{
     observed, ClassStatus, Condition, GatewayReport, GatewayStatus, ListenerStatus, ParentStatus,
     RouteStatus,
 };
 use crate::gateway::{
-    Gateway, GatewayClass, HttpBackendRef, HttpRoute, Listener, ParentReference, RouteGroupKind,
-    GATEWAY_GROUP,
+    BackendObjectReference, Gateway, GatewayClass, HttpBackendRef, HttpRoute, Listener,
+    ParentReference, RouteGroupKind, GATEWAY_GROUP,
 };
 use crate::snapshot::{ObjectKey, Snapshot};
 
@@ -41,20 +43,29 @@ pub const DEFAULT_GATEWAY_CONTROLLER: &str = "sluice.dev/gateway-controller";
 /// The feature names sluice passes, as `GatewayClass.status.supportedFeatures` lists them.
 pub const SUPPORTED_FEATURES: &[&str] = &[
     "Gateway",
+    "GatewayPort8080",
     "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendTimeout",
+    "HTTPRouteCORS",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
     "HTTPRoutePathRedirect",
     "HTTPRoutePathRewrite",
     "HTTPRoutePortRedirect",
     "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestMirror",
+    "HTTPRouteRequestMultipleMirrors",
+    "HTTPRouteRequestPercentageMirror",
+    "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
+    "HTTPRouteRetry",
     "HTTPRouteSchemeRedirect",
-    "HTTPRoute303RedirectStatusCode",
-    "HTTPRoute307RedirectStatusCode",
-    "HTTPRoute308RedirectStatusCode",
-    "HTTPRouteParentRefPort",
     "ReferenceGrant",
 ];
 
@@ -911,11 +922,19 @@ fn compile_rules(
     };
     for (index, rule) in route.spec.rules.iter().enumerate() {
         let field = format!("spec.rules[{index}]");
-        let mut filters = GatewayFilters::default();
-        let parts = request_matches(&rule.matches, &field)
-            .and_then(|matches| add_filters(&rule.filters, &field, &mut filters).map(|()| matches));
-        let matches = match parts {
-            Ok(matches) => matches,
+        let mut filters = FilterSet::default();
+        let parts = request_matches(&rule.matches, &field).and_then(|matches| {
+            add_filters(&rule.filters, &field, &mut filters)?;
+            let settings = rule_settings(
+                rule.timeouts.as_ref(),
+                rule.retry.as_ref(),
+                rule.session_persistence.as_ref(),
+                &field,
+            )?;
+            Ok((matches, settings))
+        });
+        let (matches, settings) = match parts {
+            Ok(parts) => parts,
             Err(unsupported) => {
                 sinks.diagnostics.warning(
                     &object,
@@ -940,6 +959,13 @@ fn compile_rules(
                 backend_ref,
                 field: (index, position),
             };
+            let own = policy_of(
+                own,
+                &settings,
+                key,
+                inputs,
+                (sinks, &mut compiled.unresolved),
+            );
             match backend_choice(&reference, own, inputs, sinks) {
                 Ok(choice) => choices.push(choice),
                 Err((reason, message, choice)) => {
@@ -962,10 +988,13 @@ fn compile_rules(
             compiled.dropped.push(unsupported);
             continue;
         }
-        let policy = Arc::new(RoutePolicy {
-            gateway: Some(Arc::new(filters)),
-            ..RoutePolicy::default()
-        });
+        let policy = policy_of(
+            filters,
+            &settings,
+            key,
+            inputs,
+            (sinks, &mut compiled.unresolved),
+        );
         if rule.backend_refs.is_empty()
             && policy
                 .gateway
@@ -1013,35 +1042,68 @@ struct RouteBackend<'a> {
 /// 500, with the `ResolvedRefs` reason and message.
 fn backend_choice(
     reference: &RouteBackend<'_>,
-    filters: GatewayFilters,
+    base: Arc<RoutePolicy>,
     inputs: &GatewayInputs<'_>,
     sinks: &mut GatewaySinks<'_, '_>,
 ) -> Result<WeightedBackend, (&'static str, String, WeightedBackend)> {
     let target = &reference.backend_ref.backend;
     let weight = reference.backend_ref.weight.unwrap_or(1);
-    let base = Arc::new(RoutePolicy {
-        gateway: Some(Arc::new(filters)),
-        ..RoutePolicy::default()
-    });
-    let invalid = |reason: &'static str, message: String, policy: &Arc<RoutePolicy>| {
-        let choice = WeightedBackend {
-            backend: None,
-            weight,
-            policy: policy.clone(),
-            telemetry: Default::default(),
-        };
-        Err((reason, message, choice))
+    let (rule, backend) = reference.field;
+    let field = BackendField::RouteBackend { rule, backend };
+    let resolved = match resolve_service_ref(reference.route, target, field, inputs, sinks) {
+        Ok(resolved) => resolved,
+        Err((reason, message)) => {
+            let choice = WeightedBackend {
+                backend: None,
+                weight,
+                policy: base,
+                telemetry: Default::default(),
+            };
+            return Err((reason, message, choice));
+        }
     };
+    let no_annotations = IngressPolicy::default();
+    let side = IngressSide {
+        key: reference.route,
+        kind: "HTTPRoute",
+        policy: &no_annotations,
+        service_upstream: ServiceUpstream::Off,
+        base: &base,
+    };
+    let namespace = target
+        .namespace
+        .as_deref()
+        .unwrap_or(&reference.route.namespace);
+    let service_name = ServiceName {
+        namespace,
+        name: &target.name,
+    };
+    let policy = route_policy(&side, &resolved, service_name, sinks.diagnostics);
+    Ok(WeightedBackend {
+        backend: sinks.builder.backend_index(&resolved.id),
+        weight,
+        policy,
+        telemetry: Default::default(),
+    })
+}
+
+/// Resolves a route's reference to a Service port (kind, ReferenceGrant, port, presence) and
+/// adds its backend to the table; or the `ResolvedRefs` reason and message.
+fn resolve_service_ref<'s>(
+    route: &ObjectKey,
+    target: &BackendObjectReference,
+    field: BackendField,
+    inputs: &GatewayInputs<'s>,
+    sinks: &mut GatewaySinks<'_, '_>,
+) -> Result<Resolved<'s>, (&'static str, String)> {
     let core = target.group.as_deref().unwrap_or("").is_empty();
-    if !core || target.kind.as_deref().unwrap_or("Service") != "Service" {
-        let kind = target.kind.as_deref().unwrap_or("Service");
-        return invalid(
+    let kind = target.kind.as_deref().unwrap_or("Service");
+    if !core || kind != "Service" {
+        return Err((
             "InvalidKind",
             format!("backendRef kind {kind} is not a Service"),
-            &base,
-        );
+        ));
     }
-    let route = reference.route;
     let namespace = target.namespace.as_deref().unwrap_or(&route.namespace);
     let from = GrantFrom {
         kind: "HTTPRoute",
@@ -1054,21 +1116,15 @@ fn backend_choice(
             "no ReferenceGrant in {namespace} lets HTTPRoutes of {} use Service {}",
             route.namespace, target.name
         );
-        return invalid("RefNotPermitted", message, &base);
+        return Err(("RefNotPermitted", message));
     }
     let Some(port) = target.port else {
-        return invalid(
-            "UnsupportedValue",
-            format!("backendRef to Service {} needs a port", target.name),
-            &base,
-        );
+        let message = format!("backendRef to Service {} needs a port", target.name);
+        return Err(("UnsupportedValue", message));
     };
     if inputs.services.get(namespace, &target.name).is_none() {
-        return invalid(
-            "BackendNotFound",
-            format!("Service {namespace}/{} not found", target.name),
-            &base,
-        );
+        let message = format!("Service {namespace}/{} not found", target.name);
+        return Err(("BackendNotFound", message));
     }
     let service = IngressServiceBackend {
         name: target.name.clone(),
@@ -1077,11 +1133,10 @@ fn backend_choice(
             name: None,
         }),
     };
-    let (rule, backend) = reference.field;
     let service_reference = ServiceReference {
         namespace,
         service: &service,
-        field: BackendField::RouteBackend { rule, backend },
+        field,
         ingress: route,
         owner_kind: "HTTPRoute",
         service_upstream: false,
@@ -1091,31 +1146,71 @@ fn backend_choice(
         endpoint_sources: sinks.endpoint_sources,
         diagnostics: sinks.diagnostics,
     };
-    let Some(resolved) = resolve(inputs.services, inputs.endpoints, &service_reference, sink)
-    else {
-        return invalid(
-            "BackendNotFound",
-            format!("Service {namespace}/{} has no such port", target.name),
-            &base,
-        );
-    };
-    let no_annotations = IngressPolicy::default();
-    let side = IngressSide {
-        key: route,
-        kind: "HTTPRoute",
-        policy: &no_annotations,
-        service_upstream: ServiceUpstream::Off,
-        base: &base,
-    };
-    let service_name = ServiceName {
-        namespace,
-        name: &target.name,
-    };
-    let policy = route_policy(&side, &resolved, service_name, sinks.diagnostics);
-    Ok(WeightedBackend {
-        backend: sinks.builder.backend_index(&resolved.id),
-        weight,
-        policy,
-        telemetry: Default::default(),
+    resolve(inputs.services, inputs.endpoints, &service_reference, sink).ok_or_else(|| {
+        let message = format!("Service {namespace}/{} has no such port", target.name);
+        ("BackendNotFound", message)
     })
+}
+
+/// The policy of a rule (or of one of its backendRefs): its filters, CORS and settings.
+fn policy_of(
+    set: FilterSet<'_>,
+    settings: &RuleSettings,
+    route: &ObjectKey,
+    inputs: &GatewayInputs<'_>,
+    sinks: (
+        &mut GatewaySinks<'_, '_>,
+        &mut Option<(&'static str, String)>,
+    ),
+) -> Arc<RoutePolicy> {
+    let cors = set.cors.clone();
+    let filters = with_mirrors(set, route, inputs, sinks);
+    Arc::new(RoutePolicy {
+        gateway: Some(Arc::new(filters)),
+        cors,
+        retry: settings.retry.clone(),
+        timeouts: settings.timeouts,
+        sticky: settings.sticky.clone(),
+        balancer: settings.balancer.clone(),
+        ..RoutePolicy::default()
+    })
+}
+
+/// The filters with their mirrors' backends resolved; a mirror that does not resolve is left
+/// out (the route's `ResolvedRefs` says why) and the rule is served without it.
+fn with_mirrors(
+    set: FilterSet<'_>,
+    route: &ObjectKey,
+    inputs: &GatewayInputs<'_>,
+    (sinks, unresolved): (
+        &mut GatewaySinks<'_, '_>,
+        &mut Option<(&'static str, String)>,
+    ),
+) -> GatewayFilters {
+    let FilterSet {
+        mut filters,
+        mirrors,
+        ..
+    } = set;
+    let object = ObjectRef::new("HTTPRoute", Some(&route.namespace), &route.name);
+    for mirror in mirrors {
+        let field = BackendField::Mirror;
+        match resolve_service_ref(route, mirror.backend, field, inputs, sinks) {
+            Ok(resolved) => filters.mirrors.push(GatewayMirror {
+                index: sinks.builder.backend_index(&resolved.id),
+                backend: resolved.id,
+                numerator: mirror.numerator,
+                denominator: mirror.denominator,
+            }),
+            Err((reason, message)) => {
+                sinks.diagnostics.error(
+                    &object,
+                    &mirror.field,
+                    format!("{message}; requests are not mirrored there"),
+                );
+                unresolved.get_or_insert((reason, message));
+            }
+        }
+    }
+    filters
 }

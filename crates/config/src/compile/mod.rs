@@ -521,8 +521,8 @@ fn path_field(field: BackendField, suffix: &str) -> String {
             format!("spec.rules[{rule}].http.paths[{path}]{suffix}")
         }
         BackendField::Default => format!("spec.defaultBackend{suffix}"),
-        BackendField::DefaultBackendAnnotation { .. } | BackendField::RouteBackend { .. } => {
-            field.at("")
-        }
+        BackendField::DefaultBackendAnnotation { .. }
+        | BackendField::RouteBackend { .. }
+        | BackendField::Mirror => field.at(""),
     }
 }

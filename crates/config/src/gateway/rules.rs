@@ -2,12 +2,14 @@
 
 use http::{HeaderName, Method};
 use sluice_routing::{
-    GatewayFilters, GatewayRedirect, HeaderChanges, PathChange, PathMatch, RequestMatch,
+    Balancer, Cors, GatewayFilters, GatewayRedirect, HashKey, HeaderChanges, OriginPattern,
+    PathChange, PathMatch, RequestMatch, RetryPolicy, StickyCookie, UpstreamTimeouts,
     ValueCondition,
 };
 
 use super::types::{
-    HeaderModifier, HttpPathMatch, HttpRouteFilter, HttpRouteMatch, PathModifier, ValueMatch,
+    BackendObjectReference, HeaderModifier, HttpPathMatch, HttpRouteFilter, HttpRouteMatch,
+    HttpRouteRetry, HttpRouteTimeouts, PathModifier, SessionPersistence, ValueMatch,
 };
 
 /// Why a rule is dropped: the field and what is wrong with it. The route's parents get
@@ -126,18 +128,76 @@ fn value_condition(value: &ValueMatch, field: &str) -> Result<ValueCondition, Un
     }
 }
 
+/// A `RequestMirror` filter before its backendRef is resolved.
+#[derive(Clone)]
+pub(crate) struct MirrorRef<'r> {
+    pub backend: &'r BackendObjectReference,
+    pub field: String,
+    pub numerator: u32,
+    pub denominator: u32,
+}
+
+/// What the filters of a rule or backendRef add up to: the filters sluice applies, and the
+/// mirrors whose backends the compiler resolves.
+#[derive(Clone, Default)]
+pub(crate) struct FilterSet<'r> {
+    pub filters: GatewayFilters,
+    pub mirrors: Vec<MirrorRef<'r>>,
+    /// A `CORS` filter.
+    pub cors: Option<Cors>,
+}
+
 /// The filters of a rule or a backendRef, added onto `into` (a backendRef's come after its
 /// rule's).
-pub(crate) fn add_filters(
-    filters: &[HttpRouteFilter],
+pub(crate) fn add_filters<'r>(
+    filters: &'r [HttpRouteFilter],
     field: &str,
-    into: &mut GatewayFilters,
+    into: &mut FilterSet<'r>,
 ) -> Result<(), Unsupported> {
     for (index, filter) in filters.iter().enumerate() {
         let at = format!("{field}.filters[{index}]");
-        add_filter(filter, &at, into)?;
+        if filter.filter_type == "RequestMirror" {
+            into.mirrors.push(mirror_ref(filter, at)?);
+            continue;
+        }
+        if filter.filter_type == "CORS" {
+            let settings = filter
+                .cors
+                .as_ref()
+                .ok_or_else(|| Unsupported::new(&at, "type CORS needs its settings"))?;
+            into.cors = Some(cors(settings, &format!("{at}.cors"))?);
+            continue;
+        }
+        add_filter(filter, &at, &mut into.filters)?;
     }
     Ok(())
+}
+
+/// A `RequestMirror` filter: its backend and share (`percent`, or `fraction`; all by default).
+fn mirror_ref(filter: &HttpRouteFilter, field: String) -> Result<MirrorRef<'_>, Unsupported> {
+    let Some(mirror) = &filter.request_mirror else {
+        return Err(Unsupported::new(
+            field,
+            "type RequestMirror needs its settings",
+        ));
+    };
+    let (numerator, denominator) = match (&mirror.percent, &mirror.fraction) {
+        (Some(percent), _) => (*percent, 100),
+        (None, Some(fraction)) => (fraction.numerator, fraction.denominator.unwrap_or(100)),
+        (None, None) => (1, 1),
+    };
+    if denominator == 0 || numerator > denominator {
+        return Err(Unsupported::new(
+            format!("{field}.requestMirror"),
+            "the mirrored share must be between 0 and 100 %",
+        ));
+    }
+    Ok(MirrorRef {
+        backend: &mirror.backend_ref,
+        field: format!("{field}.requestMirror.backendRef"),
+        numerator,
+        denominator,
+    })
 }
 
 fn add_filter(
@@ -226,6 +286,185 @@ fn add_filter(
             format!("filter type {other} is not supported yet; the rule is not served"),
         )),
     }
+}
+
+/// A `CORS` filter in the terms of sluice's CORS filter: `*` among the origins allows any
+/// origin; the lists are sent comma-separated; `maxAge` defaults to 5 seconds, as the spec says.
+fn cors(settings: &super::types::Cors, field: &str) -> Result<Cors, Unsupported> {
+    let any = settings.allow_origins.iter().any(|o| o == "*");
+    let origins = match any {
+        true => None,
+        false => Some(
+            settings
+                .allow_origins
+                .iter()
+                .map(|origin| {
+                    OriginPattern::parse(origin).ok_or_else(|| {
+                        Unsupported::new(
+                            format!("{field}.allowOrigins"),
+                            format!("{origin:?} is not an origin"),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    let list = |items: &[String], default: &str| match items.is_empty() {
+        true => default.to_owned(),
+        false => items.join(", "),
+    };
+    Ok(Cors {
+        origins,
+        allow_methods: list(&settings.allow_methods, "GET, HEAD, POST"),
+        allow_headers: list(&settings.allow_headers, ""),
+        expose_headers: (!settings.expose_headers.is_empty())
+            .then(|| settings.expose_headers.join(", ")),
+        allow_credentials: settings.allow_credentials.unwrap_or(false),
+        max_age: u64::from(settings.max_age.unwrap_or(5)),
+    })
+}
+
+/// What a rule's own fields set on its policy: timeouts, retries, session persistence.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RuleSettings {
+    pub retry: RetryPolicy,
+    pub timeouts: UpstreamTimeouts,
+    pub sticky: Option<StickyCookie>,
+    pub balancer: Balancer,
+}
+
+/// Reads `timeouts`, `retry` and `sessionPersistence`. Without them a rule keeps sluice's
+/// defaults, safe retries on another endpoint included.
+pub(crate) fn rule_settings(
+    timeouts: Option<&HttpRouteTimeouts>,
+    retry: Option<&HttpRouteRetry>,
+    session: Option<&SessionPersistence>,
+    field: &str,
+) -> Result<RuleSettings, Unsupported> {
+    let mut settings = RuleSettings::default();
+    if let Some(timeouts) = timeouts {
+        let request = duration(
+            timeouts.request.as_deref(),
+            &format!("{field}.timeouts.request"),
+        )?;
+        let backend = duration(
+            timeouts.backend_request.as_deref(),
+            &format!("{field}.timeouts.backendRequest"),
+        )?;
+        // The whole exchange: no response head (and no next attempt) past it.
+        settings.timeouts.read = request;
+        settings.retry.timeout = request;
+        // Each attempt to a backend.
+        settings.retry.per_try_timeout = backend;
+    }
+    if let Some(retry) = retry {
+        apply_retry(retry, &mut settings.retry, &format!("{field}.retry"))?;
+    }
+    if let Some(session) = session {
+        apply_session(
+            session,
+            &mut settings,
+            &format!("{field}.sessionPersistence"),
+        )?;
+    }
+    Ok(settings)
+}
+
+/// A Gateway API duration (`1h`, `10s`, `500ms`); `0s` turns the timeout off.
+fn duration(text: Option<&str>, field: &str) -> Result<Option<std::time::Duration>, Unsupported> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let parsed = humantime::parse_duration(text)
+        .map_err(|_| Unsupported::new(field, format!("{text:?} is not a duration")))?;
+    Ok((!parsed.is_zero()).then_some(parsed))
+}
+
+/// `retry`: the statuses retried (as sluice's retry conditions), and `attempts` retries after
+/// the first try. Connection failures stay retried, as before.
+fn apply_retry(
+    retry: &HttpRouteRetry,
+    policy: &mut RetryPolicy,
+    field: &str,
+) -> Result<(), Unsupported> {
+    if !retry.codes.is_empty() {
+        let on = &mut policy.on;
+        (
+            on.http_500,
+            on.http_502,
+            on.http_503,
+            on.http_504,
+            on.http_429,
+        ) = (false, false, false, false, false);
+        for code in &retry.codes {
+            match code {
+                500 => on.http_500 = true,
+                502 => on.http_502 = true,
+                503 => on.http_503 = true,
+                504 => on.http_504 = true,
+                429 => on.http_429 = true,
+                other => {
+                    return Err(Unsupported::new(
+                        format!("{field}.codes"),
+                        format!(
+                        "retrying status {other} is not supported (500, 502, 503, 504 and 429 are)"
+                    ),
+                    ))
+                }
+            }
+        }
+    }
+    if let Some(attempts) = retry.attempts {
+        policy.tries = attempts.saturating_add(1);
+    }
+    Ok(())
+}
+
+/// `sessionPersistence`: a cookie (sluice's sticky cookie, named `sessionName`), or a header
+/// whose value the endpoint is chosen by (consistent hashing).
+fn apply_session(
+    session: &SessionPersistence,
+    settings: &mut RuleSettings,
+    field: &str,
+) -> Result<(), Unsupported> {
+    let name = session
+        .session_name
+        .clone()
+        .unwrap_or_else(|| "sluice-session".to_owned());
+    match session.persistence_type.as_deref().unwrap_or("Cookie") {
+        "Cookie" => {
+            let mut cookie = StickyCookie::named(name);
+            let permanent = session
+                .cookie_config
+                .as_ref()
+                .and_then(|c| c.lifetime_type.as_deref())
+                == Some("Permanent");
+            if permanent {
+                let lifetime = duration(
+                    session.absolute_timeout.as_deref(),
+                    &format!("{field}.absoluteTimeout"),
+                )?;
+                cookie.max_age = lifetime.map(|d| d.as_secs());
+            }
+            settings.sticky = Some(cookie);
+        }
+        "Header" => {
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                Unsupported::new(
+                    format!("{field}.sessionName"),
+                    format!("{name:?} is not a header name"),
+                )
+            })?;
+            settings.balancer = Balancer::Hash(HashKey::Header(header));
+        }
+        other => {
+            return Err(Unsupported::new(
+                format!("{field}.type"),
+                format!("session persistence type {other} is not supported"),
+            ))
+        }
+    }
+    Ok(())
 }
 
 fn add_header_changes(
@@ -325,8 +564,9 @@ mod tests {
             filter_type: "ExtensionRef".into(),
             ..HttpRouteFilter::default()
         };
-        let error =
-            add_filters(&[filter], "spec.rules[1]", &mut GatewayFilters::default()).unwrap_err();
+        let filters = [filter];
+        let mut set = FilterSet::default();
+        let error = add_filters(&filters, "spec.rules[1]", &mut set).unwrap_err();
         assert_eq!(error.field, "spec.rules[1].filters[0].extensionRef");
         let path = HttpPathMatch {
             match_type: Some("RegularExpression".into()),
