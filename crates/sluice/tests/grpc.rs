@@ -238,3 +238,72 @@ async fn concurrent_calls_share_one_http2_connection_until_it_carries_100_stream
         "150 concurrent streams need a second connection (and no more than one per 100): {after_more}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpcroute_routes_calls_by_service_and_method_on_its_gateway() {
+    let unary_pod = EchoPod::start("unary", SocketAddr::new(pod_ip(165), 0)).await;
+    let other_pod = EchoPod::start("other", SocketAddr::new(pod_ip(166), 0)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let gateway = SocketAddr::new("127.0.3.30".parse().unwrap(), port);
+    let objects = format!(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: sluice}}
+spec: {{controllerName: sluice.dev/gateway-controller}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: sluice
+  addresses: [{{value: "127.0.3.30"}}]
+  listeners: [{{name: grpc, port: {port}, protocol: HTTP, hostname: grpc.test}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: echo}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - matches: [{{method: {{service: echo.Echo, method: Unary}}}}]
+    backendRefs: [{{name: unary, port: 80}}]
+  - matches: [{{method: {{service: echo.Echo}}}}]
+    backendRefs: [{{name: other, port: 80}}]
+"#
+    );
+    write_manifest(
+        dir.path(),
+        "echo.yaml",
+        &[
+            objects,
+            service("unary", 80, &[unary_pod.addr]),
+            service("other", 80, &[other_pod.addr]),
+        ],
+    );
+    let _sluice = Sluice::start(dir.path(), &[]).await;
+    support::wait_until("the Gateway socket", Duration::from_secs(10), || async {
+        tokio::net::TcpStream::connect(gateway).await.is_ok()
+    })
+    .await;
+    let mut client = h2c_client(gateway, "grpc.test");
+    let reply = client.unary(request("hi")).await.unwrap();
+    assert_eq!(reply.pod, "unary");
+    let mut stream = client
+        .server_stream(EchoRequest {
+            message: "item".into(),
+            count: 2,
+            delay_ms: 0,
+        })
+        .await
+        .unwrap();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(first.pod, "other", "every other method of the service");
+    let mut elsewhere = h2c_client(gateway, "other.test");
+    let refused = elsewhere.unary(request("hi")).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Code::Unimplemented,
+        "no listener for the host"
+    );
+}

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use sluice_routing::{
     Backend, BackendId, BackendMode, Certificate, EndpointSet, GatewayFilters, GatewayMirror,
     GatewayRule, HostPattern, RequestMatch, RoutePolicy, RuleAction, RulePrecedence, TableBuilder,
-    TlsSite, WeightedBackend,
+    TlsSite, UpstreamProtocol, WeightedBackend,
 };
 
 use super::backend::{
@@ -32,7 +32,7 @@ use crate::gateway::status::{
     RouteStatus,
 };
 use crate::gateway::{
-    BackendObjectReference, Gateway, GatewayClass, HttpBackendRef, HttpRoute, Listener,
+    BackendObjectReference, Gateway, GatewayClass, HttpBackendRef, HttpRouteSpec, Listener,
     ParentReference, RouteGroupKind, GATEWAY_GROUP,
 };
 use crate::snapshot::{ObjectKey, Snapshot};
@@ -44,6 +44,7 @@ pub const DEFAULT_GATEWAY_CONTROLLER: &str = "sluice.dev/gateway-controller";
 pub const SUPPORTED_FEATURES: &[&str] = &[
     "Gateway",
     "GatewayPort8080",
+    "GRPCRoute",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
@@ -170,21 +171,14 @@ pub(crate) fn compile_gateways(
                 .add_listener(*socket, plan.hostname.clone(), site.clone());
         }
     }
-    for (rank, (key, route)) in oldest_first(&snapshot.http_routes).into_iter().enumerate() {
-        let parents = attach_route(
-            key,
-            route,
-            rank,
-            (&gateways, &mut plans),
-            inputs,
-            &mut sinks,
-        );
+    for (rank, route) in route_inputs(snapshot).iter().enumerate() {
+        let parents = attach_route(route, rank, (&gateways, &mut plans), inputs, &mut sinks);
         if !parents.is_empty() {
             report.routes.push(RouteStatus {
-                kind: "HTTPRoute".to_owned(),
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-                generation: route.metadata.generation,
+                kind: route.name.kind.to_owned(),
+                namespace: route.name.key.namespace.clone(),
+                name: route.name.key.name.clone(),
+                generation: route.generation,
                 parents,
             });
         }
@@ -416,12 +410,13 @@ fn supported_kinds(listener: &Listener) -> (Vec<RouteGroupKind>, bool) {
     };
     let named = listener.allowed_routes.as_ref().map(|a| &a.kinds);
     let Some(named) = named.filter(|kinds| !kinds.is_empty()) else {
-        return (vec![kind("HTTPRoute")], true);
+        return (vec![kind("HTTPRoute"), kind("GRPCRoute")], true);
     };
     let served: Vec<RouteGroupKind> = named
         .iter()
         .filter(|k| {
-            k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP && k.kind == "HTTPRoute"
+            k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP
+                && matches!(k.kind.as_str(), "HTTPRoute" | "GRPCRoute")
         })
         .map(|k| kind(&k.kind))
         .collect();
@@ -634,17 +629,64 @@ struct CompiledRules {
     unresolved: Option<(&'static str, String)>,
 }
 
+/// A route of either kind by kind and key.
+#[derive(Clone, Copy)]
+struct RouteRef<'a> {
+    /// `HTTPRoute` or `GRPCRoute`.
+    kind: &'static str,
+    key: &'a ObjectKey,
+}
+
+impl RouteRef<'_> {
+    fn object(&self) -> ObjectRef {
+        ObjectRef::new(self.kind, Some(&self.key.namespace), &self.key.name)
+    }
+}
+
+/// A route as the compile reads it: a GRPCRoute is read as the HTTPRoute it amounts to (its
+/// service and method matches are path matches).
+struct RouteInput<'a> {
+    name: RouteRef<'a>,
+    generation: Option<i64>,
+    spec: std::borrow::Cow<'a, HttpRouteSpec>,
+}
+
+/// Every route, HTTPRoutes then GRPCRoutes, each kind oldest first.
+fn route_inputs(snapshot: &Snapshot) -> Vec<RouteInput<'_>> {
+    let http = oldest_first(&snapshot.http_routes)
+        .into_iter()
+        .map(|(key, route)| RouteInput {
+            name: RouteRef {
+                kind: "HTTPRoute",
+                key,
+            },
+            generation: route.metadata.generation,
+            spec: std::borrow::Cow::Borrowed(&route.spec),
+        });
+    let grpc = oldest_first(&snapshot.grpc_routes)
+        .into_iter()
+        .map(|(key, route)| RouteInput {
+            name: RouteRef {
+                kind: "GRPCRoute",
+                key,
+            },
+            generation: route.metadata.generation,
+            spec: std::borrow::Cow::Owned(crate::gateway::grpc::as_http_route(&route.spec)),
+        });
+    http.chain(grpc).collect()
+}
+
 /// Attaches one route to the listeners its parentRefs select, serves its rules there, and
 /// returns the status of each parentRef that names a served Gateway.
 fn attach_route(
-    key: &ObjectKey,
-    route: &HttpRoute,
+    route: &RouteInput<'_>,
     rank: usize,
     (gateways, plans): (&[ServedGateway<'_>], &mut [ListenerPlan<'_>]),
     inputs: &GatewayInputs<'_>,
     sinks: &mut GatewaySinks<'_, '_>,
 ) -> Vec<ParentStatus> {
-    let object = ObjectRef::new("HTTPRoute", Some(&key.namespace), &key.name);
+    let key = route.name.key;
+    let object = route.name.object();
     let route_hosts: Vec<HostPattern> = match route.spec.hostnames.as_slice() {
         [] => vec![HostPattern::Any],
         names => names.iter().map(|n| HostPattern::parse(Some(n))).collect(),
@@ -656,8 +698,15 @@ fn attach_route(
         let Some(gateway) = parent_gateway(parent, key, gateways) else {
             continue;
         };
-        let rules = compiled.get_or_insert_with(|| compile_rules(key, route, rank, inputs, sinks));
-        let attachment = attach(parent, key, gateway, &route_hosts, plans, inputs.snapshot);
+        let rules = compiled.get_or_insert_with(|| compile_rules(route, rank, inputs, sinks));
+        let attachment = attach(
+            parent,
+            route.name,
+            gateway,
+            &route_hosts,
+            plans,
+            inputs.snapshot,
+        );
         let conditions = parent_conditions(&attachment, rules);
         if let Err((reason, message)) = &attachment {
             sinks.diagnostics.warning(
@@ -687,7 +736,7 @@ fn attach_route(
                 ..parent.clone()
             },
             controller_name: inputs.controller.to_owned(),
-            conditions: observed(conditions, route.metadata.generation),
+            conditions: observed(conditions, route.generation),
         });
     }
     for plan_index in attached_to {
@@ -721,7 +770,7 @@ fn parent_gateway(
 /// served under on each; or why it attaches to none.
 fn attach(
     parent: &ParentReference,
-    route: &ObjectKey,
+    route: RouteRef<'_>,
     gateway: usize,
     route_hosts: &[HostPattern],
     plans: &[ListenerPlan<'_>],
@@ -773,8 +822,9 @@ fn attach(
 }
 
 /// Whether the listener's `allowedRoutes` takes an HTTPRoute from the route's namespace.
-fn allows(plan: &ListenerPlan<'_>, route: &ObjectKey, snapshot: &Snapshot) -> bool {
-    let kind_ok = plan.kinds.iter().any(|k| k.kind == "HTTPRoute");
+fn allows(plan: &ListenerPlan<'_>, route: RouteRef<'_>, snapshot: &Snapshot) -> bool {
+    let kind_ok = plan.kinds.iter().any(|k| k.kind == route.kind);
+    let route = route.key;
     let namespaces = plan
         .listener
         .allowed_routes
@@ -905,13 +955,13 @@ fn serve_rules(
 
 /// Compiles every rule of a route: matches, filters and backendRefs.
 fn compile_rules(
-    key: &ObjectKey,
-    route: &HttpRoute,
+    route: &RouteInput<'_>,
     rank: usize,
     inputs: &GatewayInputs<'_>,
     sinks: &mut GatewaySinks<'_, '_>,
 ) -> CompiledRules {
-    let object = ObjectRef::new("HTTPRoute", Some(&key.namespace), &key.name);
+    let key = route.name.key;
+    let object = route.name.object();
     let name: Arc<str> = format!("{}/{}", key.namespace, key.name).into();
     let mut compiled = CompiledRules {
         rank,
@@ -955,14 +1005,14 @@ fn compile_rules(
                 break;
             }
             let reference = RouteBackend {
-                route: key,
+                route: route.name,
                 backend_ref,
                 field: (index, position),
             };
             let own = policy_of(
                 own,
                 &settings,
-                key,
+                route.name,
                 inputs,
                 (sinks, &mut compiled.unresolved),
             );
@@ -991,7 +1041,7 @@ fn compile_rules(
         let policy = policy_of(
             filters,
             &settings,
-            key,
+            route.name,
             inputs,
             (sinks, &mut compiled.unresolved),
         );
@@ -1032,7 +1082,7 @@ fn redirect_only(policy: Arc<RoutePolicy>, builder: &mut TableBuilder) -> Weight
 
 /// A backendRef of a route rule, and where it sits.
 struct RouteBackend<'a> {
-    route: &'a ObjectKey,
+    route: RouteRef<'a>,
     backend_ref: &'a HttpBackendRef,
     /// Rule and backendRef index.
     field: (usize, usize),
@@ -1064,8 +1114,8 @@ fn backend_choice(
     };
     let no_annotations = IngressPolicy::default();
     let side = IngressSide {
-        key: reference.route,
-        kind: "HTTPRoute",
+        key: reference.route.key,
+        kind: reference.route.kind,
         policy: &no_annotations,
         service_upstream: ServiceUpstream::Off,
         base: &base,
@@ -1073,12 +1123,19 @@ fn backend_choice(
     let namespace = target
         .namespace
         .as_deref()
-        .unwrap_or(&reference.route.namespace);
+        .unwrap_or(&reference.route.key.namespace);
     let service_name = ServiceName {
         namespace,
         name: &target.name,
     };
-    let policy = route_policy(&side, &resolved, service_name, sinks.diagnostics);
+    let mut policy = route_policy(&side, &resolved, service_name, sinks.diagnostics);
+    if reference.route.kind == "GRPCRoute" && policy.upstream == UpstreamProtocol::Http1 {
+        // gRPC needs HTTP/2; a Service port that says nothing is spoken to in h2c.
+        policy = Arc::new(RoutePolicy {
+            upstream: UpstreamProtocol::H2c,
+            ..RoutePolicy::clone(&policy)
+        });
+    }
     Ok(WeightedBackend {
         backend: sinks.builder.backend_index(&resolved.id),
         weight,
@@ -1090,7 +1147,7 @@ fn backend_choice(
 /// Resolves a route's reference to a Service port (kind, ReferenceGrant, port, presence) and
 /// adds its backend to the table; or the `ResolvedRefs` reason and message.
 fn resolve_service_ref<'s>(
-    route: &ObjectKey,
+    route: RouteRef<'_>,
     target: &BackendObjectReference,
     field: BackendField,
     inputs: &GatewayInputs<'s>,
@@ -1104,16 +1161,17 @@ fn resolve_service_ref<'s>(
             format!("backendRef kind {kind} is not a Service"),
         ));
     }
+    let (kind_of_route, route) = (route.kind, route.key);
     let namespace = target.namespace.as_deref().unwrap_or(&route.namespace);
     let from = GrantFrom {
-        kind: "HTTPRoute",
+        kind: kind_of_route,
         namespace: &route.namespace,
     };
     if namespace != route.namespace
         && !granted(inputs.snapshot, from, ("Service", namespace, &target.name))
     {
         let message = format!(
-            "no ReferenceGrant in {namespace} lets HTTPRoutes of {} use Service {}",
+            "no ReferenceGrant in {namespace} lets {kind_of_route}s of {} use Service {}",
             route.namespace, target.name
         );
         return Err(("RefNotPermitted", message));
@@ -1138,7 +1196,7 @@ fn resolve_service_ref<'s>(
         service: &service,
         field,
         ingress: route,
-        owner_kind: "HTTPRoute",
+        owner_kind: kind_of_route,
         service_upstream: false,
     };
     let sink = BackendSink {
@@ -1156,7 +1214,7 @@ fn resolve_service_ref<'s>(
 fn policy_of(
     set: FilterSet<'_>,
     settings: &RuleSettings,
-    route: &ObjectKey,
+    route: RouteRef<'_>,
     inputs: &GatewayInputs<'_>,
     sinks: (
         &mut GatewaySinks<'_, '_>,
@@ -1180,7 +1238,7 @@ fn policy_of(
 /// out (the route's `ResolvedRefs` says why) and the rule is served without it.
 fn with_mirrors(
     set: FilterSet<'_>,
-    route: &ObjectKey,
+    route: RouteRef<'_>,
     inputs: &GatewayInputs<'_>,
     (sinks, unresolved): (
         &mut GatewaySinks<'_, '_>,
@@ -1192,7 +1250,7 @@ fn with_mirrors(
         mirrors,
         ..
     } = set;
-    let object = ObjectRef::new("HTTPRoute", Some(&route.namespace), &route.name);
+    let object = route.object();
     for mirror in mirrors {
         let field = BackendField::Mirror;
         match resolve_service_ref(route, mirror.backend, field, inputs, sinks) {
