@@ -49,6 +49,18 @@ pub struct DrillArgs {
     /// sluice's --response-retry-buffer for the drill (0: off, to see what it saves).
     #[arg(long, default_value = "64k", value_parser = parse_size_flag, value_name = "SIZE")]
     pub response_retry_buffer: u64,
+    /// What routes the drill's app: an Ingress, or a Gateway API Gateway and HTTPRoute.
+    #[arg(long, value_enum, default_value = "ingress")]
+    pub route: DrillRoute,
+}
+
+/// The object that routes the drill's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DrillRoute {
+    /// An Ingress of class sluice, served on the proxy listener.
+    Ingress,
+    /// A GatewayClass, a Gateway whose listener is the drill's socket, and an HTTPRoute.
+    Httproute,
 }
 
 /// Which Ingresses to serve.

@@ -17,7 +17,7 @@ use sluice_proxy::{serve, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal, 
 use sluice_routing::{BackendId, BackendMode};
 use tokio::net::TcpListener;
 
-use crate::cli::DrillArgs;
+use crate::cli::{DrillArgs, DrillRoute};
 use crate::control::ControlPlane;
 
 /// Runs the drill and prints its report; `Ok(false)` when `--max-failed` was exceeded.
@@ -25,6 +25,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     let DrillArgs {
         drill: options,
         response_retry_buffer,
+        route,
     } = args;
     let proxy_options = ProxyOptions {
         response_retry_buffer,
@@ -35,7 +36,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         let retries = retries.clone();
         let proxy_options = proxy_options.clone();
         async move {
-            let proxy = DrillProxy::start(environment, &proxy_options).await?;
+            let proxy = DrillProxy::start(environment, &proxy_options, route).await?;
             let _ = retries.set(proxy.control.clone());
             Ok(proxy)
         }
@@ -67,9 +68,17 @@ struct DrillProxy {
 }
 
 impl DrillProxy {
-    async fn start(environment: Environment, options: &ProxyOptions) -> anyhow::Result<Self> {
+    async fn start(
+        environment: Environment,
+        options: &ProxyOptions,
+        route: DrillRoute,
+    ) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("cannot listen for the drill's proxy")?;
+        let address = listener.local_addr()?;
         let control = ControlPlane::new(CompileOptions::default());
-        let snapshot = snapshot(&environment)?;
+        let snapshot = snapshot(&environment, route, address)?;
         control.publish_snapshot(&snapshot, Vec::new());
         let backend = control
             .table()
@@ -78,10 +87,6 @@ impl DrillProxy {
             .first()
             .filter(|backend| backend.mode() == BackendMode::Endpoints)
             .map(|backend| backend.id().clone());
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .context("cannot listen for the drill's proxy")?;
-        let address = listener.local_addr()?;
         let proxy = Arc::new(Proxy::new(control.table().clone(), options));
         let handler = move |request, client| {
             let proxy = proxy.clone();
@@ -90,6 +95,8 @@ impl DrillProxy {
         let (stop, signal) = ShutdownSignal::new();
         let options = ListenerOptions {
             grace_period: Duration::from_secs(1),
+            // The HTTPRoute's Gateway listens on this very socket.
+            gateway_socket: (route == DrillRoute::Httproute).then_some(address),
             ..ListenerOptions::default()
         };
         tokio::spawn(serve(listener, handler, signal, options));
@@ -125,14 +132,17 @@ impl ProxyUnderTest for DrillProxy {
     }
 }
 
-/// The Ingress, Service and EndpointSlice of the drill's app, as YAML a user would write.
-fn snapshot(environment: &Environment) -> anyhow::Result<Snapshot> {
-    let annotations = match environment.mode {
-        Mode::Endpoints => "",
-        Mode::ServiceUpstream => {
-            "\n  annotations:\n    nginx.ingress.kubernetes.io/service-upstream: \"true\""
-        }
-        Mode::Fallback => "\n  annotations:\n    sluice.dev/service-upstream: fallback",
+/// The drill app's route (an Ingress, or a Gateway listening on `address` and an HTTPRoute),
+/// Service and EndpointSlice, as YAML a user would write.
+fn snapshot(
+    environment: &Environment,
+    route: DrillRoute,
+    address: SocketAddr,
+) -> anyhow::Result<Snapshot> {
+    let mode = match environment.mode {
+        Mode::Endpoints => None,
+        Mode::ServiceUpstream => Some("\"true\""),
+        Mode::Fallback => Some("fallback"),
     };
     let (cluster_ip, service_port) = match environment.cluster_ip {
         Some(address) => (address.ip().to_string(), address.port()),
@@ -142,31 +152,22 @@ fn snapshot(environment: &Environment) -> anyhow::Result<Snapshot> {
         .initial_endpoints
         .first()
         .map_or(8080, |endpoint| endpoint.address.port());
+    // An Ingress asks for service-upstream itself; a Gateway API route asks through its Service.
+    let (route_yaml, service_annotations) = match route {
+        DrillRoute::Ingress => (ingress_yaml(mode, service_port), String::new()),
+        DrillRoute::Httproute => (
+            gateway_yaml(address, service_port),
+            mode.map(|mode| format!("\n  annotations:\n    sluice.dev/service-upstream: {mode}"))
+                .unwrap_or_default(),
+        ),
+    };
     let yaml = format!(
-        "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: drill
-  namespace: default{annotations}
-spec:
-  ingressClassName: sluice
-  rules:
-  - host: drill.local
-    http:
-      paths:
-      - path: /
-        pathType: Prefix
-        backend:
-          service:
-            name: app
-            port:
-              number: {service_port}
----
+        "{route_yaml}---
 apiVersion: v1
 kind: Service
 metadata:
   name: app
-  namespace: default
+  namespace: default{service_annotations}
 spec:
   clusterIP: {cluster_ip}
   ports:
@@ -185,6 +186,86 @@ spec:
         }
     }
     Ok(snapshot)
+}
+
+/// The drill's Ingress for `drill.local`, with the service-upstream annotation of `mode`.
+fn ingress_yaml(mode: Option<&str>, service_port: u16) -> String {
+    let annotations = match mode {
+        None => String::new(),
+        Some("fallback") => {
+            "\n  annotations:\n    sluice.dev/service-upstream: fallback".to_owned()
+        }
+        Some(_) => "\n  annotations:\n    nginx.ingress.kubernetes.io/service-upstream: \"true\""
+            .to_owned(),
+    };
+    format!(
+        "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: drill
+  namespace: default{annotations}
+spec:
+  ingressClassName: sluice
+  rules:
+  - host: drill.local
+    http:
+      paths:
+      - path: /
+        pathType: Prefix
+        backend:
+          service:
+            name: app
+            port:
+              number: {service_port}
+"
+    )
+}
+
+/// sluice's GatewayClass, a Gateway with one HTTP listener at `address`, and an HTTPRoute for
+/// `drill.local` to the app.
+fn gateway_yaml(address: SocketAddr, service_port: u16) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: sluice
+spec:
+  controllerName: {controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: drill
+  namespace: default
+spec:
+  gatewayClassName: sluice
+  addresses:
+  - type: IPAddress
+    value: \"{ip}\"
+  listeners:
+  - name: http
+    port: {port}
+    protocol: HTTP
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: drill
+  namespace: default
+spec:
+  parentRefs:
+  - name: drill
+  hostnames:
+  - drill.local
+  rules:
+  - backendRefs:
+    - name: app
+      port: {service_port}
+",
+        controller = sluice_config::DEFAULT_GATEWAY_CONTROLLER,
+        ip = address.ip(),
+        port = address.port(),
+    )
 }
 
 /// The EndpointSlice listing `endpoints` with their conditions.

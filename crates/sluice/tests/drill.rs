@@ -73,6 +73,23 @@ fn endpoints_mode_loses_no_request_when_pods_die_abruptly_before_their_endpoints
 }
 
 #[test]
+fn an_httproute_on_a_gateway_loses_no_request_when_pods_die_abruptly() {
+    let args = [
+        &PUBLISHED[..],
+        &["--termination", "abrupt", "--route", "httproute"],
+    ]
+    .concat();
+    let (code, report) = drill(&args);
+    assert_eq!(count(&report, "failed"), 0, "{report}");
+    assert_eq!(code, Some(0), "{report}");
+    assert!(count(&report, "requests") > 15_000, "{report}");
+    assert!(
+        count(&report, "retries") > 0,
+        "the race never happened: {report}"
+    );
+}
+
+#[test]
 fn no_get_is_lost_when_pods_crash_mid_response_in_endpoints_or_fallback_mode() {
     for mode in ["endpoints", "fallback"] {
         let crash = ["--termination", "crash", "--mode", mode];
