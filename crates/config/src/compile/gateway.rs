@@ -319,9 +319,13 @@ fn plan_listener<'a>(
     certificate: Option<Result<Arc<Certificate>, (&'static str, String)>>,
 ) -> ListenerPlan<'a> {
     let tls = listener.protocol == "HTTPS";
-    let (kinds, kinds_valid) = supported_kinds(listener);
+    let (mut kinds, kinds_valid) = supported_kinds(listener);
     let mut conditions = Vec::new();
     let protocol_ok = matches!(listener.protocol.as_str(), "HTTP" | "HTTPS");
+    if !protocol_ok {
+        // A listener sluice cannot serve takes no route kind.
+        kinds.clear();
+    }
     if protocol_ok {
         conditions.push(Condition::new(
             "Accepted",
@@ -573,16 +577,24 @@ fn replace(conditions: &mut [Condition], condition: Condition) {
 /// while any listener is.
 fn gateway_conditions(index: usize, plans: &[ListenerPlan<'_>]) -> Vec<Condition> {
     let own: Vec<_> = plans.iter().filter(|p| p.gateway == index).collect();
-    let accepted = own.is_empty() || own.iter().any(|p| p.accepted());
+    let valid = own.iter().filter(|p| p.accepted()).count();
     let programmed = own.iter().any(|p| p.programmed());
     vec![
-        match accepted {
-            true => Condition::new("Accepted", true, "Accepted", "served by sluice"),
-            false => Condition::new(
+        match (valid, own.len()) {
+            (valid, all) if valid == all => {
+                Condition::new("Accepted", true, "Accepted", "served by sluice")
+            }
+            (0, _) => Condition::new(
                 "Accepted",
                 false,
                 "ListenersNotValid",
                 "no listener is valid",
+            ),
+            _ => Condition::new(
+                "Accepted",
+                true,
+                "ListenersNotValid",
+                "served by sluice, but some listeners are not valid",
             ),
         },
         match programmed {
