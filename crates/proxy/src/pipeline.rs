@@ -500,9 +500,10 @@ fn gateway_route<'r>(
     context: &mut RequestContext<'r>,
 ) -> Result<Target<'r>, ProxyError> {
     let host = inbound.route_host();
-    if let Some(session) = &context.client.tls {
-        // The host must select the listener (and so the certificate) the handshake did.
-        if !session.may_serve(table.gateways().tls_site(socket, &host)) {
+    if let Some(sni) = context.client.tls.as_ref().and_then(|s| s.sni.as_deref()) {
+        // The host must select the listener the handshake's server name did.
+        let gateways = table.gateways();
+        if gateways.listener_position(socket, sni) != gateways.listener_position(socket, &host) {
             return Err(ProxyError::Misdirected);
         }
     }

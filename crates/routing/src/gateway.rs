@@ -383,6 +383,16 @@ impl GatewaySockets {
         self.listener(socket, host)?.site.as_ref()
     }
 
+    /// Which listener of the socket a host (or server name) selects, by position: two names
+    /// that select different listeners must not share a TLS connection (421).
+    pub fn listener_position(&self, socket: SocketAddr, host: &str) -> Option<usize> {
+        self.0
+            .get(&socket)?
+            .listeners
+            .iter()
+            .position(|listener| listener.hostname.matches(host))
+    }
+
     fn listener(&self, socket: SocketAddr, host: &str) -> Option<&SocketListener> {
         self.0
             .get(&socket)?

@@ -388,7 +388,8 @@ async fn https_listeners_serve_each_hostname_its_certificate_over_h2_and_http11_
         "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: sluice}}\nspec: {{controllerName: sluice.dev/gateway-controller}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw}}\nspec:\n  gatewayClassName: sluice\n  addresses: [{{value: \"{ip}\"}}]\n  listeners:\n{}{}",
         listener("a", "a.gw.test", "cert-a"),
         listener("b", "b.gw.test", "cert-b"),
-    ) + &listener("c", "c.gw.test", "no-such-secret");
+    ) + &listener("c", "c.gw.test", "no-such-secret")
+        + &listener("d", "d.gw.test", "cert-a");
     write_manifest(
         dir.path(),
         "app.yaml",
@@ -399,7 +400,7 @@ async fn https_listeners_serve_each_hostname_its_certificate_over_h2_and_http11_
                 "  rules: [{backendRefs: [{name: secure, port: 8080}]}]\n",
             ),
             service("secure", 8080, &[pod.addr()]),
-            ca.server(&["a.gw.test"])
+            ca.server(&["a.gw.test", "d.gw.test"])
                 .unwrap()
                 .secret_yaml("default", "cert-a", None),
             ca.server(&["b.gw.test"])
@@ -429,19 +430,36 @@ async fn https_listeners_serve_each_hostname_its_certificate_over_h2_and_http11_
         }
     }
     let url = format!("https://a.gw.test:{port}/");
+    // b has another certificate; d shares a's, but it is another listener all the same.
+    for host in ["b.gw.test", "d.gw.test"] {
+        let header = format!("Host: {host}");
+        let resolved = resolve("a.gw.test");
+        let args = [
+            "-i",
+            "--http1.1",
+            "--cacert",
+            &ca_file,
+            "--resolve",
+            &resolved,
+            "-H",
+            &header,
+            &url,
+        ];
+        let (code, out) = curl(&args);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.starts_with("HTTP/1.1 421"), "{host}: {out}");
+    }
     let (code, out) = curl(&[
         "-i",
-        "--http1.1",
+        "--http2",
         "--cacert",
         &ca_file,
         "--resolve",
-        &resolve("a.gw.test"),
-        "-H",
-        "Host: b.gw.test",
-        &url,
+        &resolve("d.gw.test"),
+        &format!("https://d.gw.test:{port}/"),
     ]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.starts_with("HTTP/1.1 421"), "{out}");
+    assert!(out.starts_with("HTTP/2 200"), "{out}");
     let report: serde_json::Value =
         serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
     let listeners = report["gateways"][0]["listeners"].as_array().unwrap();

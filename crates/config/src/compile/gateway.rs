@@ -43,12 +43,15 @@ pub const DEFAULT_GATEWAY_CONTROLLER: &str = "sluice.dev/gateway-controller";
 /// The feature names sluice passes, as `GatewayClass.status.supportedFeatures` lists them.
 pub const SUPPORTED_FEATURES: &[&str] = &[
     "Gateway",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
     "GRPCRoute",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
     "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteBackendTimeout",
     "HTTPRouteCORS",
@@ -232,7 +235,7 @@ fn plan_listeners<'a>(
 ) -> Vec<ListenerPlan<'a>> {
     let diagnostics = &mut *sinks.diagnostics;
     let mut plans = Vec::new();
-    let mut claimed: BTreeMap<SocketAddr, Vec<(bool, HostPattern)>> = BTreeMap::new();
+    let mut claimed = ClaimedSockets::new();
     for (index, served) in gateways.iter_mut().enumerate() {
         let object = ObjectRef::new("Gateway", Some(&served.key.namespace), &served.key.name);
         let addresses = gateway_addresses(served.gateway, inputs.default_address);
@@ -513,15 +516,18 @@ fn granted(
         })
 }
 
+/// Who listens on each socket: protocol (TLS or not), hostname, and Gateway (by index).
+type ClaimedSockets = BTreeMap<SocketAddr, Vec<(bool, HostPattern, usize)>>;
+
 /// Claims the listener's sockets and hostname; a socket another listener holds with the
-/// other protocol, or with the same hostname, makes this one Conflicted and not programmed.
-fn claim_sockets(
-    plan: &mut ListenerPlan<'_>,
-    claimed: &mut BTreeMap<SocketAddr, Vec<(bool, HostPattern)>>,
-) {
+/// other protocol, or another listener of the same Gateway with the same hostname, makes this
+/// one Conflicted and not programmed. Listeners of different Gateways with the same address,
+/// port and hostname cannot be told apart: they merge, and the socket serves the routes of
+/// both.
+fn claim_sockets(plan: &mut ListenerPlan<'_>, claimed: &mut ClaimedSockets) {
     let conflict = plan.sockets.iter().find_map(|socket| {
         let holders = claimed.get(socket)?;
-        if holders.iter().any(|(tls, _)| *tls != plan.tls) {
+        if holders.iter().any(|(tls, _, _)| *tls != plan.tls) {
             return Some((
                 "ProtocolConflict",
                 format!("{socket} is served with another protocol"),
@@ -529,7 +535,7 @@ fn claim_sockets(
         }
         holders
             .iter()
-            .any(|(_, host)| *host == plan.hostname)
+            .any(|(_, host, gateway)| *host == plan.hostname && *gateway == plan.gateway)
             .then(|| {
                 (
                     "HostnameConflict",
@@ -556,10 +562,11 @@ fn claim_sockets(
     }
     if plan.programmed() {
         for socket in &plan.sockets {
-            claimed
-                .entry(*socket)
-                .or_default()
-                .push((plan.tls, plan.hostname.clone()));
+            claimed.entry(*socket).or_default().push((
+                plan.tls,
+                plan.hostname.clone(),
+                plan.gateway,
+            ));
         }
     }
 }
