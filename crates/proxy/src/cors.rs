@@ -1,8 +1,9 @@
-//! CORS as ingress-nginx answers it: an allowed origin's preflight is answered by the proxy with 204 and never reaches a pod, and the route's other responses to an allowed origin carry the `Access-Control-*` headers; any other origin gets none.
+//! CORS as ingress-nginx answers it (and, for Gateway API routes, with wildcards echoed): an allowed origin's preflight is answered by the proxy with 204 and never reaches a pod, and the route's other responses to an allowed origin carry the `Access-Control-*` headers; any other origin gets none.
 
 use http::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
-    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, ORIGIN,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
+    ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, ORIGIN,
 };
 use http::request::Parts;
 use http::{response, HeaderMap, HeaderValue, Method};
@@ -44,6 +45,7 @@ impl CorsFilter {
     /// The `Access-Control-Allow-Origin` for a request from `origin`, when it is allowed.
     fn allow_origin(&self, origin: &HeaderValue) -> Option<HeaderValue> {
         match &self.cors.origins {
+            None if self.cors.echo_wildcards && self.cors.allow_credentials => Some(origin.clone()),
             None => Some(HeaderValue::from_static("*")),
             Some(patterns) => {
                 let text = origin.to_str().ok()?;
@@ -51,6 +53,30 @@ impl CorsFilter {
                     .iter()
                     .any(|pattern| pattern.matches(text))
                     .then(|| origin.clone())
+            }
+        }
+    }
+
+    /// A `*` allowed method or header list answers a preflight with the method and headers
+    /// the preflight asked for.
+    fn echo_requested(&self, request: &HeaderMap, headers: &mut HeaderMap) {
+        let echoes = [
+            (
+                &self.cors.allow_methods,
+                ACCESS_CONTROL_REQUEST_METHOD,
+                ACCESS_CONTROL_ALLOW_METHODS,
+            ),
+            (
+                &self.cors.allow_headers,
+                ACCESS_CONTROL_REQUEST_HEADERS,
+                ACCESS_CONTROL_ALLOW_HEADERS,
+            ),
+        ];
+        for (allowed, asked, answer) in echoes {
+            if allowed.split(',').any(|item| item.trim() == "*") {
+                if let Some(value) = request.get(&asked) {
+                    headers.insert(answer, value.clone());
+                }
             }
         }
     }
@@ -77,9 +103,11 @@ impl Filter for CorsFilter {
             return Ok(());
         };
         if request.method == Method::OPTIONS {
-            return Err(ProxyError::Preflight(Box::new(
-                self.headers_for(allow_origin),
-            )));
+            let mut headers = self.headers_for(allow_origin);
+            if self.cors.echo_wildcards {
+                self.echo_requested(&request.headers, &mut headers);
+            }
+            return Err(ProxyError::Preflight(Box::new(headers)));
         }
         context.cors_origin = Some(allow_origin);
         Ok(())

@@ -157,7 +157,9 @@ fn value(text: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(text).ok()
 }
 
-fn redirect(code: u16, location: String) -> Result<(), ProxyError> {
+/// Answers with a redirect to `location`; a location a header cannot carry serves the route
+/// instead.
+pub(crate) fn redirect(code: u16, location: String) -> Result<(), ProxyError> {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::FOUND);
     match HeaderValue::try_from(location) {
         Ok(location) => Err(ProxyError::Redirect { status, location }),

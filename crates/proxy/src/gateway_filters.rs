@@ -2,9 +2,10 @@
 
 use http::header::HOST;
 use http::request::Parts;
-use http::{response, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{response, HeaderMap, HeaderName, HeaderValue};
 use sluice_routing::{GatewayFilters, GatewayRedirect, HeaderChanges, PathChange};
 
+use crate::edits::redirect;
 use crate::error::ProxyError;
 use crate::headers::host_without_port;
 use crate::phases::{Filter, ProxyScope, RequestContext};
@@ -117,12 +118,7 @@ impl Filter for Redirect {
         request: &Parts,
         _proxy: &ProxyScope<'_>,
     ) -> Result<(), ProxyError> {
-        let location = redirect_location(&self.0, context, request);
-        let status = StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::FOUND);
-        match HeaderValue::try_from(location) {
-            Ok(location) => Err(ProxyError::Redirect { status, location }),
-            Err(_) => Ok(()),
-        }
+        redirect(self.0.status, redirect_location(&self.0, context, request))
     }
 }
 

@@ -235,6 +235,10 @@ pub struct Cors {
     pub expose_headers: Option<String>,
     pub allow_credentials: bool,
     pub max_age: u64,
+    /// Gateway API semantics: a `*` among the methods or headers, or any origin, is answered
+    /// with what the request asked for (browsers refuse a literal `*` with credentials).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub echo_wildcards: bool,
 }
 
 /// An allowed origin: scheme, host and optional port, where the host may start with `*.`

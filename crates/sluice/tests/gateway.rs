@@ -509,6 +509,10 @@ async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
     filters:
     - {type: CORS, cors: {allowOrigins: ["https://app.example.com"], allowMethods: [GET, PUT], maxAge: 60}}
     backendRefs: [{name: pods, port: 8080}]
+  - matches: [{path: {value: /wild}}]
+    filters:
+    - {type: CORS, cors: {allowOrigins: ["*"], allowMethods: ["*"], allowHeaders: ["*"], allowCredentials: true}}
+    backendRefs: [{name: pods, port: 8080}]
 "#;
     write_manifest(
         dir.path(),
@@ -600,6 +604,29 @@ async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
         "https://app.example.com"
     );
     assert_eq!(preflight.headers["access-control-max-age"], "60");
+    let asked = [
+        ("origin", "https://any.example"),
+        ("access-control-request-method", "PATCH"),
+        ("access-control-request-headers", "x-one, x-two"),
+    ];
+    let wild = send(
+        &client,
+        http::Method::OPTIONS,
+        &url("/wild"),
+        "x",
+        &asked,
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    // With credentials, wildcards are answered with what was asked, never a literal `*`.
+    assert_eq!(
+        wild.headers["access-control-allow-origin"],
+        "https://any.example"
+    );
+    assert_eq!(wild.headers["access-control-allow-methods"], "PATCH");
+    assert_eq!(wild.headers["access-control-allow-headers"], "x-one, x-two");
+    assert_eq!(wild.headers["access-control-allow-credentials"], "true");
     let other = [("origin", "https://evil.test")];
     let refused = send(
         &client,

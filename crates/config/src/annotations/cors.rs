@@ -58,6 +58,7 @@ pub(crate) fn cors(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<Cor
                 |value| value.parse().ok(),
             )
             .unwrap_or(DEFAULT_MAX_AGE),
+        echo_wildcards: false,
     })
 }
 

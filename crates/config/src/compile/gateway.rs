@@ -695,6 +695,20 @@ fn route_inputs(snapshot: &Snapshot) -> Vec<RouteInput<'_>> {
     http.chain(grpc).collect()
 }
 
+impl CompiledRules {
+    /// Leaves a rule out, with a warning at the field that makes it unsupported.
+    fn drop_rule(
+        &mut self,
+        unsupported: Unsupported,
+        object: &ObjectRef,
+        diagnostics: &mut Diagnostics,
+    ) {
+        let message = format!("{}; the rule is not served", unsupported.message);
+        diagnostics.warning(object, &unsupported.field, message);
+        self.dropped.push(unsupported);
+    }
+}
+
 /// Attaches one route to the listeners its parentRefs select, serves its rules there, and
 /// returns the status of each parentRef that names a served Gateway.
 fn attach_route(
@@ -1005,12 +1019,7 @@ fn compile_rules(
         let (matches, settings) = match parts {
             Ok(parts) => parts,
             Err(unsupported) => {
-                sinks.diagnostics.warning(
-                    &object,
-                    &unsupported.field,
-                    format!("{}; the rule is not served", unsupported.message),
-                );
-                compiled.dropped.push(unsupported);
+                compiled.drop_rule(unsupported, &object, sinks.diagnostics);
                 continue;
             }
         };
@@ -1049,12 +1058,7 @@ fn compile_rules(
             }
         }
         if let Some(unsupported) = dropped {
-            sinks.diagnostics.warning(
-                &object,
-                &unsupported.field,
-                format!("{}; the rule is not served", unsupported.message),
-            );
-            compiled.dropped.push(unsupported);
+            compiled.drop_rule(unsupported, &object, sinks.diagnostics);
             continue;
         }
         let policy = policy_of(

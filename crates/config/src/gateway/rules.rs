@@ -321,6 +321,7 @@ fn cors(settings: &super::types::Cors, field: &str) -> Result<Cors, Unsupported>
             .then(|| settings.expose_headers.join(", ")),
         allow_credentials: settings.allow_credentials.unwrap_or(false),
         max_age: u64::from(settings.max_age.unwrap_or(5)),
+        echo_wildcards: true,
     })
 }
 
