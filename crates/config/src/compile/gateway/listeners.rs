@@ -1,0 +1,415 @@
+//! Gateway listeners: each served Gateway's listeners planned into sockets, hostnames, route kinds, certificates and conditions, with conflicts on a socket resolved oldest Gateway first.
+
+use super::*;
+/// One listener of a served Gateway, as compiled.
+pub(super) struct ListenerPlan<'a> {
+    pub(super) gateway: usize,
+    /// The Gateway's namespace (`allowedRoutes.namespaces.from: Same`).
+    pub(super) namespace: &'a str,
+    pub(super) listener: &'a Listener,
+    pub(super) sockets: Vec<SocketAddr>,
+    pub(super) hostname: HostPattern,
+    pub(super) tls: bool,
+    pub(super) kinds: Vec<RouteGroupKind>,
+    pub(super) conditions: Vec<Condition>,
+    pub(super) attached: u32,
+    /// On an HTTPS listener: the certificate of its first `certificateRefs` Secret.
+    pub(super) certificate: Option<Arc<Certificate>>,
+}
+
+impl ListenerPlan<'_> {
+    pub(super) fn accepted(&self) -> bool {
+        self.condition("Accepted")
+    }
+
+    pub(super) fn programmed(&self) -> bool {
+        self.condition("Programmed")
+    }
+
+    fn condition(&self, condition_type: &str) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.condition_type == condition_type && c.holds())
+    }
+}
+
+/// Each served Gateway's listeners with their sockets and conditions, conflicts resolved in
+/// Gateway order; sets each Gateway's own conditions.
+pub(super) fn plan_listeners<'a>(
+    gateways: &mut [ServedGateway<'a>],
+    inputs: &GatewayInputs<'_>,
+    sinks: &mut GatewaySinks<'_, '_>,
+) -> Vec<ListenerPlan<'a>> {
+    let diagnostics = &mut *sinks.diagnostics;
+    let mut plans = Vec::new();
+    let mut claimed = ClaimedSockets::new();
+    for (index, served) in gateways.iter_mut().enumerate() {
+        let object = ObjectRef::new("Gateway", Some(&served.key.namespace), &served.key.name);
+        let addresses = gateway_addresses(served.gateway, inputs.default_address);
+        let addresses = match addresses {
+            Ok(addresses) => addresses,
+            Err(message) => {
+                diagnostics.error(&object, "spec.addresses", &message);
+                served.conditions = vec![
+                    Condition::new("Accepted", false, "UnsupportedAddress", &message),
+                    Condition::new("Programmed", false, "AddressNotUsable", &message),
+                ];
+                Vec::new()
+            }
+        };
+        for (position, listener) in served.gateway.spec.listeners.iter().enumerate() {
+            let field = format!("spec.listeners[{position}]");
+            let certificate = match listener.protocol.as_str() {
+                "HTTPS" => Some(listener_certificate(
+                    listener,
+                    (inputs.snapshot, served.key),
+                    sinks.tls,
+                )),
+                _ => None,
+            };
+            let mut plan = plan_listener(index, listener, &addresses, certificate);
+            plan.namespace = &served.key.namespace;
+            if plan.accepted() && !addresses.is_empty() {
+                claim_sockets(&mut plan, &mut claimed);
+            }
+            let troubles = plan
+                .conditions
+                .iter()
+                .filter(|c| match c.condition_type.as_str() {
+                    "Conflicted" => c.holds(),
+                    "Programmed" => false,
+                    _ => !c.holds(),
+                });
+            for condition in troubles {
+                diagnostics.warning(
+                    &object,
+                    &field,
+                    format!("{}: {}", condition.reason, condition.message),
+                );
+            }
+            plans.push(plan);
+        }
+        if served.conditions.is_empty() {
+            served.conditions = gateway_conditions(index, &plans);
+        }
+    }
+    plans
+}
+
+/// The addresses a Gateway's listeners bind: its `IPAddress` addresses, else the default.
+pub(super) fn gateway_addresses(gateway: &Gateway, default: IpAddr) -> Result<Vec<IpAddr>, String> {
+    let mut addresses = Vec::new();
+    for address in &gateway.spec.addresses {
+        let kind = address.address_type.as_deref().unwrap_or("IPAddress");
+        if kind != "IPAddress" {
+            return Err(format!(
+                "address type {kind} is not supported; only IPAddress"
+            ));
+        }
+        if address.value.is_empty() {
+            continue;
+        }
+        let ip = address
+            .value
+            .parse::<IpAddr>()
+            .map_err(|_| format!("{:?} is not an IP address", address.value))?;
+        addresses.push(ip);
+    }
+    if addresses.is_empty() {
+        addresses.push(default);
+    }
+    Ok(addresses)
+}
+
+/// A listener's sockets, hostname, route kinds and conditions, before conflicts.
+pub(super) fn plan_listener<'a>(
+    gateway: usize,
+    listener: &'a Listener,
+    addresses: &[IpAddr],
+    certificate: Option<Result<Arc<Certificate>, (&'static str, String)>>,
+) -> ListenerPlan<'a> {
+    let tls = listener.protocol == "HTTPS";
+    let (mut kinds, kinds_valid) = supported_kinds(listener);
+    let mut conditions = Vec::new();
+    let protocol_ok = matches!(listener.protocol.as_str(), "HTTP" | "HTTPS");
+    if !protocol_ok {
+        // A listener sluice cannot serve takes no route kind.
+        kinds.clear();
+    }
+    if protocol_ok {
+        conditions.push(Condition::new(
+            "Accepted",
+            true,
+            "Accepted",
+            "listener accepted",
+        ));
+    } else {
+        let message = format!(
+            "protocol {} is not supported; HTTP and HTTPS are",
+            listener.protocol
+        );
+        conditions.push(Condition::new(
+            "Accepted",
+            false,
+            "UnsupportedProtocol",
+            message,
+        ));
+    }
+    let (refs, certificate) = match certificate {
+        Some(Ok(certificate)) => (Ok(()), Some(certificate)),
+        Some(Err(problem)) => (Err(problem), None),
+        None => (Ok(()), None),
+    };
+    match (&refs, kinds_valid) {
+        (Err((reason, message)), _) => {
+            conditions.push(Condition::new(
+                "ResolvedRefs",
+                false,
+                reason,
+                message.clone(),
+            ));
+        }
+        (Ok(()), false) => conditions.push(Condition::new(
+            "ResolvedRefs",
+            false,
+            "InvalidRouteKinds",
+            "allowedRoutes.kinds names a kind sluice does not serve",
+        )),
+        (Ok(()), true) => conditions.push(Condition::new(
+            "ResolvedRefs",
+            true,
+            "ResolvedRefs",
+            "references resolved",
+        )),
+    }
+    conditions.push(Condition::new(
+        "Conflicted",
+        false,
+        "NoConflicts",
+        "no conflict",
+    ));
+    let programmed = match (protocol_ok, &refs) {
+        (false, _) => Condition::new("Programmed", false, "Invalid", "the listener is not valid"),
+        (true, Err(_)) => Condition::new(
+            "Programmed",
+            false,
+            "Invalid",
+            "the certificate references do not resolve",
+        ),
+        (true, Ok(())) => Condition::new("Programmed", true, "Programmed", "listening"),
+    };
+    conditions.push(programmed);
+    ListenerPlan {
+        gateway,
+        namespace: "",
+        listener,
+        sockets: addresses
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, listener.port))
+            .collect(),
+        hostname: HostPattern::parse(listener.hostname.as_deref()),
+        tls,
+        kinds,
+        conditions,
+        attached: 0,
+        certificate,
+    }
+}
+
+/// The route kinds a listener takes, and whether every kind it names is one sluice serves.
+pub(super) fn supported_kinds(listener: &Listener) -> (Vec<RouteGroupKind>, bool) {
+    let kind = |name: &str| RouteGroupKind {
+        group: Some(GATEWAY_GROUP.to_owned()),
+        kind: name.to_owned(),
+    };
+    let named = listener.allowed_routes.as_ref().map(|a| &a.kinds);
+    let Some(named) = named.filter(|kinds| !kinds.is_empty()) else {
+        return (vec![kind("HTTPRoute"), kind("GRPCRoute")], true);
+    };
+    let served: Vec<RouteGroupKind> = named
+        .iter()
+        .filter(|k| {
+            k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP
+                && matches!(k.kind.as_str(), "HTTPRoute" | "GRPCRoute")
+        })
+        .map(|k| kind(&k.kind))
+        .collect();
+    let all_served = served.len() == named.len();
+    (served, all_served)
+}
+
+/// Checks an HTTPS listener's certificate Secrets (kind, ReferenceGrant, a certificate that
+/// loads) and returns the first one's certificate, which the listener serves.
+pub(super) fn listener_certificate(
+    listener: &Listener,
+    (snapshot, key): (&Snapshot, &ObjectKey),
+    tls: &mut TlsMerge<'_>,
+) -> Result<Arc<Certificate>, (&'static str, String)> {
+    let refs = listener
+        .tls
+        .as_ref()
+        .map(|tls| tls.certificate_refs.as_slice())
+        .unwrap_or_default();
+    if refs.is_empty() {
+        return Err((
+            "InvalidCertificateRef",
+            "an HTTPS listener needs tls.certificateRefs".to_owned(),
+        ));
+    }
+    for reference in refs {
+        let core = reference.group.as_deref().unwrap_or("").is_empty();
+        if !core || reference.kind.as_deref().unwrap_or("Secret") != "Secret" {
+            return Err((
+                "InvalidCertificateRef",
+                format!("{} is not a Secret", reference.name),
+            ));
+        }
+        let namespace = reference.namespace.as_deref().unwrap_or(&key.namespace);
+        let from = GrantFrom {
+            kind: "Gateway",
+            namespace: &key.namespace,
+        };
+        if namespace != key.namespace
+            && !granted(snapshot, from, ("Secret", namespace, &reference.name))
+        {
+            return Err((
+                "RefNotPermitted",
+                format!(
+                    "no ReferenceGrant in {namespace} lets Gateways of {} use Secret {}",
+                    key.namespace, reference.name
+                ),
+            ));
+        }
+    }
+    let mut first = None;
+    for reference in refs {
+        let namespace = reference.namespace.as_deref().unwrap_or(&key.namespace);
+        let secret = ObjectKey::new(namespace, &reference.name);
+        let certificate = tls.listener_certificate(&secret).map_err(|problem| {
+            let message = format!("Secret {namespace}/{}: {problem}", reference.name);
+            ("InvalidCertificateRef", message)
+        })?;
+        first.get_or_insert(certificate);
+    }
+    first.ok_or(("InvalidCertificateRef", "no certificate".to_owned()))
+}
+
+/// Who listens on each socket: protocol (TLS or not), hostname, and Gateway (by index).
+pub(super) type ClaimedSockets = BTreeMap<SocketAddr, Vec<(bool, HostPattern, usize)>>;
+
+/// Claims the listener's sockets and hostname; a socket another listener holds with the
+/// other protocol, or another listener of the same Gateway with the same hostname, makes this
+/// one Conflicted and not programmed. Listeners of different Gateways with the same address,
+/// port and hostname cannot be told apart: they merge, and the socket serves the routes of
+/// both.
+pub(super) fn claim_sockets(plan: &mut ListenerPlan<'_>, claimed: &mut ClaimedSockets) {
+    let conflict = plan.sockets.iter().find_map(|socket| {
+        let holders = claimed.get(socket)?;
+        if holders.iter().any(|(tls, _, _)| *tls != plan.tls) {
+            return Some((
+                "ProtocolConflict",
+                format!("{socket} is served with another protocol"),
+            ));
+        }
+        holders
+            .iter()
+            .any(|(_, host, gateway)| *host == plan.hostname && *gateway == plan.gateway)
+            .then(|| {
+                (
+                    "HostnameConflict",
+                    format!(
+                        "another listener serves hostname {} on {socket}",
+                        plan.hostname
+                    ),
+                )
+            })
+    });
+    if let Some((reason, message)) = conflict {
+        let programmed = plan.programmed();
+        replace(
+            &mut plan.conditions,
+            Condition::new("Conflicted", true, reason, message.clone()),
+        );
+        if programmed {
+            replace(
+                &mut plan.conditions,
+                Condition::new("Programmed", false, "Invalid", message),
+            );
+        }
+        return;
+    }
+    if plan.programmed() {
+        for socket in &plan.sockets {
+            claimed.entry(*socket).or_default().push((
+                plan.tls,
+                plan.hostname.clone(),
+                plan.gateway,
+            ));
+        }
+    }
+}
+
+pub(super) fn replace(conditions: &mut [Condition], condition: Condition) {
+    if let Some(existing) = conditions
+        .iter_mut()
+        .find(|c| c.condition_type == condition.condition_type)
+    {
+        *existing = condition;
+    }
+}
+
+/// A Gateway's conditions from its listeners: accepted while any listener is, programmed
+/// while any listener is.
+pub(super) fn gateway_conditions(index: usize, plans: &[ListenerPlan<'_>]) -> Vec<Condition> {
+    let own: Vec<_> = plans.iter().filter(|p| p.gateway == index).collect();
+    let valid = own.iter().filter(|p| p.accepted()).count();
+    let programmed = own.iter().any(|p| p.programmed());
+    vec![
+        match (valid, own.len()) {
+            (valid, all) if valid == all => {
+                Condition::new("Accepted", true, "Accepted", "served by sluice")
+            }
+            (0, _) => Condition::new(
+                "Accepted",
+                false,
+                "ListenersNotValid",
+                "no listener is valid",
+            ),
+            _ => Condition::new(
+                "Accepted",
+                true,
+                "ListenersNotValid",
+                "served by sluice, but some listeners are not valid",
+            ),
+        },
+        match programmed {
+            true => Condition::new("Programmed", true, "Programmed", "listening"),
+            false => Condition::new("Programmed", false, "Invalid", "no listener is programmed"),
+        },
+    ]
+}
+
+pub(super) fn gateway_status(
+    index: usize,
+    served: &ServedGateway<'_>,
+    plans: &[ListenerPlan<'_>],
+) -> GatewayStatus {
+    let generation = served.gateway.metadata.generation;
+    GatewayStatus {
+        namespace: served.key.namespace.clone(),
+        name: served.key.name.clone(),
+        generation,
+        conditions: observed(served.conditions.clone(), generation),
+        listeners: plans
+            .iter()
+            .filter(|plan| plan.gateway == index)
+            .map(|plan| ListenerStatus {
+                name: plan.listener.name.clone(),
+                supported_kinds: plan.kinds.clone(),
+                attached_routes: plan.attached,
+                conditions: observed(plan.conditions.clone(), generation),
+                sockets: plan.sockets.clone(),
+            })
+            .collect(),
+    }
+}

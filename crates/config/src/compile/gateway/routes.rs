@@ -1,0 +1,352 @@
+//! Route attachment: which listeners each HTTPRoute or GRPCRoute parentRef selects (sectionName, port, allowedRoutes, hostnames), the parents' conditions, and the rules served on each listener.
+
+use super::*;
+/// A route's rules as compiled once for all its parents.
+pub(super) struct CompiledRules {
+    /// The route's place in the oldest-first order, and its `namespace/name`.
+    pub(super) rank: usize,
+    pub(super) route: Arc<str>,
+    /// Rule index, its matches and what it does.
+    pub(super) rules: Vec<(usize, Vec<RequestMatch>, Arc<RuleAction>)>,
+    pub(super) dropped: Vec<Unsupported>,
+    /// The first backendRef that did not resolve: reason and message.
+    pub(super) unresolved: Option<(&'static str, String)>,
+}
+
+/// A route of either kind by kind and key.
+#[derive(Clone, Copy)]
+pub(super) struct RouteRef<'a> {
+    /// `HTTPRoute` or `GRPCRoute`.
+    pub(super) kind: &'static str,
+    pub(super) key: &'a ObjectKey,
+}
+
+impl RouteRef<'_> {
+    pub(super) fn object(&self) -> ObjectRef {
+        ObjectRef::new(self.kind, Some(&self.key.namespace), &self.key.name)
+    }
+}
+
+/// A route as the compile reads it: a GRPCRoute is read as the HTTPRoute it amounts to (its
+/// service and method matches are path matches).
+pub(super) struct RouteInput<'a> {
+    pub(super) name: RouteRef<'a>,
+    pub(super) generation: Option<i64>,
+    pub(super) spec: std::borrow::Cow<'a, HttpRouteSpec>,
+}
+
+/// Every route, HTTPRoutes then GRPCRoutes, each kind oldest first.
+pub(super) fn route_inputs(snapshot: &Snapshot) -> Vec<RouteInput<'_>> {
+    let http = oldest_first(&snapshot.http_routes)
+        .into_iter()
+        .map(|(key, route)| RouteInput {
+            name: RouteRef {
+                kind: "HTTPRoute",
+                key,
+            },
+            generation: route.metadata.generation,
+            spec: std::borrow::Cow::Borrowed(&route.spec),
+        });
+    let grpc = oldest_first(&snapshot.grpc_routes)
+        .into_iter()
+        .map(|(key, route)| RouteInput {
+            name: RouteRef {
+                kind: "GRPCRoute",
+                key,
+            },
+            generation: route.metadata.generation,
+            spec: std::borrow::Cow::Owned(crate::gateway::grpc::as_http_route(&route.spec)),
+        });
+    http.chain(grpc).collect()
+}
+
+impl CompiledRules {
+    /// Leaves a rule out, with a warning at the field that makes it unsupported.
+    pub(super) fn drop_rule(
+        &mut self,
+        unsupported: Unsupported,
+        object: &ObjectRef,
+        diagnostics: &mut Diagnostics,
+    ) {
+        let message = format!("{}; the rule is not served", unsupported.message);
+        diagnostics.warning(object, &unsupported.field, message);
+        self.dropped.push(unsupported);
+    }
+}
+
+/// Attaches one route to the listeners its parentRefs select, serves its rules there, and
+/// returns the status of each parentRef that names a served Gateway.
+pub(super) fn attach_route(
+    route: &RouteInput<'_>,
+    rank: usize,
+    (gateways, plans): (&[ServedGateway<'_>], &mut [ListenerPlan<'_>]),
+    inputs: &GatewayInputs<'_>,
+    sinks: &mut GatewaySinks<'_, '_>,
+) -> Vec<ParentStatus> {
+    let key = route.name.key;
+    let object = route.name.object();
+    let route_hosts: Vec<HostPattern> = match route.spec.hostnames.as_slice() {
+        [] => vec![HostPattern::Any],
+        names => names.iter().map(|n| HostPattern::parse(Some(n))).collect(),
+    };
+    let mut compiled: Option<CompiledRules> = None;
+    let mut parents = Vec::new();
+    let mut attached_to: Vec<usize> = Vec::new();
+    for (index, parent) in route.spec.parent_refs.iter().enumerate() {
+        let Some(gateway) = parent_gateway(parent, key, gateways) else {
+            continue;
+        };
+        let rules = compiled.get_or_insert_with(|| compile_rules(route, rank, inputs, sinks));
+        let attachment = attach(
+            parent,
+            route.name,
+            gateway,
+            &route_hosts,
+            plans,
+            inputs.snapshot,
+        );
+        let conditions = parent_conditions(&attachment, rules);
+        if let Err((reason, message)) = &attachment {
+            sinks.diagnostics.warning(
+                &object,
+                format!("spec.parentRefs[{index}]"),
+                format!("not accepted ({reason}): {message}"),
+            );
+        }
+        if let (Ok(listeners), false) = (&attachment, rules.rules.is_empty()) {
+            for (plan_index, hosts) in listeners {
+                serve_rules(&plans[*plan_index], hosts, rules, sinks.builder);
+                if !attached_to.contains(plan_index) {
+                    attached_to.push(*plan_index);
+                }
+            }
+        }
+        parents.push(ParentStatus {
+            parent_ref: ParentReference {
+                group: Some(GATEWAY_GROUP.to_owned()),
+                kind: Some("Gateway".to_owned()),
+                namespace: Some(
+                    parent
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| key.namespace.clone()),
+                ),
+                ..parent.clone()
+            },
+            controller_name: inputs.controller.to_owned(),
+            conditions: observed(conditions, route.generation),
+        });
+    }
+    for plan_index in attached_to {
+        plans[plan_index].attached += 1;
+    }
+    parents
+}
+
+/// The listeners (by plan index) a parentRef attaches a route to, each with the hostnames the
+/// route is served under there; or the `Accepted=False` reason and message.
+pub(super) type Attachment = Result<Vec<(usize, Vec<HostPattern>)>, (&'static str, String)>;
+
+/// The served Gateway a parentRef names, by index.
+pub(super) fn parent_gateway(
+    parent: &ParentReference,
+    route: &ObjectKey,
+    gateways: &[ServedGateway<'_>],
+) -> Option<usize> {
+    let group_ok = parent.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP;
+    let kind_ok = parent.kind.as_deref().unwrap_or("Gateway") == "Gateway";
+    if !group_ok || !kind_ok {
+        return None;
+    }
+    let namespace = parent.namespace.as_deref().unwrap_or(&route.namespace);
+    gateways
+        .iter()
+        .position(|g| g.key.namespace == namespace && g.key.name == parent.name)
+}
+
+/// The listeners (by plan index) a parentRef attaches the route to, with the hostnames it is
+/// served under on each; or why it attaches to none.
+pub(super) fn attach(
+    parent: &ParentReference,
+    route: RouteRef<'_>,
+    gateway: usize,
+    route_hosts: &[HostPattern],
+    plans: &[ListenerPlan<'_>],
+    snapshot: &Snapshot,
+) -> Attachment {
+    let candidates: Vec<usize> = (0..plans.len())
+        .filter(|&i| plans[i].gateway == gateway)
+        .filter(|&i| {
+            parent
+                .section_name
+                .as_deref()
+                .is_none_or(|s| s == plans[i].listener.name)
+        })
+        .filter(|&i| parent.port.is_none_or(|p| p == plans[i].listener.port))
+        .collect();
+    if candidates.is_empty() {
+        return Err((
+            "NoMatchingParent",
+            "no listener of the Gateway has this sectionName and port".to_owned(),
+        ));
+    }
+    let allowed: Vec<usize> = candidates
+        .into_iter()
+        .filter(|&i| plans[i].accepted() && allows(&plans[i], route, snapshot))
+        .collect();
+    if allowed.is_empty() {
+        return Err((
+            "NotAllowedByListeners",
+            "no listener of the Gateway allows routes of this kind from this namespace".to_owned(),
+        ));
+    }
+    let attached: Vec<(usize, Vec<HostPattern>)> = allowed
+        .into_iter()
+        .filter_map(|i| {
+            let hosts: Vec<HostPattern> = route_hosts
+                .iter()
+                .filter_map(|host| plans[i].hostname.intersect(host))
+                .collect();
+            (!hosts.is_empty()).then_some((i, hosts))
+        })
+        .collect();
+    if attached.is_empty() {
+        return Err((
+            "NoMatchingListenerHostname",
+            "no hostname of the route matches a listener's".to_owned(),
+        ));
+    }
+    Ok(attached)
+}
+
+/// Whether the listener's `allowedRoutes` takes an HTTPRoute from the route's namespace.
+pub(super) fn allows(plan: &ListenerPlan<'_>, route: RouteRef<'_>, snapshot: &Snapshot) -> bool {
+    let kind_ok = plan.kinds.iter().any(|k| k.kind == route.kind);
+    let route = route.key;
+    let namespaces = plan
+        .listener
+        .allowed_routes
+        .as_ref()
+        .and_then(|a| a.namespaces.as_ref());
+    let from = namespaces.and_then(|n| n.from.as_deref()).unwrap_or("Same");
+    let namespace_ok = match from {
+        "All" => true,
+        "Selector" => namespaces
+            .and_then(|n| n.selector.as_ref())
+            .is_some_and(|selector| selects(selector, &route.namespace, snapshot)),
+        _ => route.namespace == plan.namespace,
+    };
+    kind_ok && namespace_ok
+}
+
+/// Whether a namespace selector selects `namespace`, judged on its labels (from the Namespace
+/// object, when read) and the one every namespace carries, `kubernetes.io/metadata.name`.
+pub(super) fn selects(selector: &LabelSelector, namespace: &str, snapshot: &Snapshot) -> bool {
+    let mut labels = snapshot
+        .namespaces
+        .get(namespace)
+        .and_then(|n| n.metadata.labels.clone())
+        .unwrap_or_default();
+    labels.insert(
+        "kubernetes.io/metadata.name".to_owned(),
+        namespace.to_owned(),
+    );
+    let labels_ok = selector
+        .match_labels
+        .as_ref()
+        .is_none_or(|wanted| wanted.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    let expressions_ok = selector.match_expressions.iter().flatten().all(|e| {
+        let value = labels.get(&e.key);
+        let listed = |v: &String| e.values.iter().flatten().any(|w| w == v);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(listed),
+            "NotIn" => !value.is_some_and(listed),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && expressions_ok
+}
+
+/// A parentRef's conditions: `Accepted` (with `PartiallyInvalid` when rules were dropped) and
+/// `ResolvedRefs`.
+pub(super) fn parent_conditions(attachment: &Attachment, rules: &CompiledRules) -> Vec<Condition> {
+    let mut conditions = Vec::new();
+    match (attachment, rules.rules.is_empty(), rules.dropped.first()) {
+        (Err((reason, message)), _, _) => {
+            conditions.push(Condition::new("Accepted", false, reason, message.clone()))
+        }
+        (Ok(_), true, Some(dropped)) => conditions.push(Condition::new(
+            "Accepted",
+            false,
+            "UnsupportedValue",
+            format!(
+                "every rule is invalid; {}: {}",
+                dropped.field, dropped.message
+            ),
+        )),
+        (Ok(_), _, dropped) => {
+            conditions.push(Condition::new(
+                "Accepted",
+                true,
+                "Accepted",
+                "route accepted",
+            ));
+            if let Some(dropped) = dropped {
+                conditions.push(Condition::new(
+                    "PartiallyInvalid",
+                    true,
+                    "UnsupportedValue",
+                    format!(
+                        "{}: {}; the rule is dropped",
+                        dropped.field, dropped.message
+                    ),
+                ));
+            }
+        }
+    }
+    conditions.push(match &rules.unresolved {
+        Some((reason, message)) => Condition::new("ResolvedRefs", false, reason, message.clone()),
+        None => Condition::new(
+            "ResolvedRefs",
+            true,
+            "ResolvedRefs",
+            "every backendRef resolved",
+        ),
+    });
+    conditions
+}
+
+/// Adds the route's rules to one listener, under each hostname the route is served with. A
+/// listener that is not programmed (conflicted, or not served yet) serves nothing: its socket
+/// and hostname may belong to another listener.
+pub(super) fn serve_rules(
+    plan: &ListenerPlan<'_>,
+    hosts: &[HostPattern],
+    rules: &CompiledRules,
+    builder: &mut TableBuilder,
+) {
+    if !plan.programmed() {
+        return;
+    }
+    for (rule, matches, action) in &rules.rules {
+        for (matched, request_match) in matches.iter().enumerate() {
+            let gateway_rule = GatewayRule {
+                request_match: request_match.clone(),
+                precedence: RulePrecedence::of(request_match, rules.rank, (*rule, matched)),
+                route: rules.route.clone(),
+                action: action.clone(),
+            };
+            for socket in &plan.sockets {
+                for host in hosts {
+                    builder.gateways().add_rule(
+                        (*socket, &plan.hostname),
+                        host.clone(),
+                        gateway_rule.clone(),
+                    );
+                }
+            }
+        }
+    }
+}
