@@ -234,14 +234,11 @@ pub struct WeightedBackend {
     pub telemetry: Attached,
 }
 
-/// What a rule does with a request it matched: its backendRefs by weight, or, with none, its
-/// own policy (a redirect answers; anything else is a 500).
+/// What a rule does with a request it matched: one of its backendRefs, by weight (a rule
+/// with none answers 500; the compiler gives a redirect-only rule a backend to stand on).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleAction {
     pub choices: Vec<WeightedBackend>,
-    /// The policy of the rule when it has no backendRefs (its filters only).
-    pub policy: Arc<RoutePolicy>,
-    pub telemetry: Attached,
 }
 
 impl RuleAction {
@@ -336,10 +333,6 @@ impl ListenerRules {
         });
         wildcard.or_else(|| first(&self.any, request))
     }
-
-    fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wildcards.is_empty() && self.any.is_empty()
-    }
 }
 
 /// One listener on a socket: its hostname, its TLS site on an HTTPS socket, and its rules.
@@ -406,10 +399,6 @@ impl GatewaySockets {
         let mut all: Vec<_> = self.0.iter().map(|(a, s)| (*a, s.tls)).collect();
         all.sort();
         all
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     /// Matches a request that arrived on the socket `socket` for the normalised `host`.
@@ -491,13 +480,6 @@ impl GatewaySocketsBuilder {
             }
         }
         GatewaySockets(self.sockets)
-    }
-}
-
-impl GatewaySocket {
-    /// How many rules its listeners hold.
-    pub fn is_empty(&self) -> bool {
-        self.listeners.iter().all(|l| l.rules.is_empty())
     }
 }
 
@@ -629,8 +611,6 @@ mod tests {
         };
         let action = RuleAction {
             choices: vec![choice(1), choice(0), choice(3)],
-            policy: Arc::default(),
-            telemetry: Attached::default(),
         };
         let weight_of = |ticket| {
             action.choose(|total| {
@@ -643,7 +623,6 @@ mod tests {
         assert_eq!(weight_of(4).map(|c| c.weight), Some(3));
         let none = RuleAction {
             choices: vec![choice(0)],
-            ..action.clone()
         };
         assert!(none.choose(|_| 1).is_none());
     }

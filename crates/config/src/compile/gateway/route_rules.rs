@@ -91,11 +91,7 @@ pub(super) fn compile_rules(
         {
             choices.push(redirect_only(policy.clone(), sinks.builder));
         }
-        let action = Arc::new(RuleAction {
-            choices,
-            policy,
-            telemetry: Default::default(),
-        });
+        let action = Arc::new(RuleAction { choices });
         compiled.rules.push((index, matches, action));
     }
     compiled
