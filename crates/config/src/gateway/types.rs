@@ -30,6 +30,31 @@ pub struct GatewayClassSpec {
     pub controller_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Implementation parameters; sluice takes none, so naming any rejects the class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters_ref: Option<ParametersReference>,
+}
+
+/// A reference to an implementation's parameters object (a GatewayClass's or a Gateway's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParametersReference {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl std::fmt::Display for ParametersReference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = match self.group.as_str() {
+            "" => String::new(),
+            group => format!(".{group}"),
+        };
+        write!(f, "{}{group} {:?}", self.kind, self.name)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -40,6 +65,16 @@ pub struct GatewaySpec {
     pub listeners: Vec<Listener>,
     #[serde(default)]
     pub addresses: Vec<GatewayAddress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure: Option<GatewayInfrastructure>,
+}
+
+/// `spec.infrastructure`: of it sluice reads only `parametersRef`, which it cannot honour.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayInfrastructure {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters_ref: Option<ParametersReference>,
 }
 
 /// One listener: a port, a protocol, an optional hostname, TLS, and which routes may attach.

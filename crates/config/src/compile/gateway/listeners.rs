@@ -45,15 +45,11 @@ pub(super) fn plan_listeners<'a>(
     let mut claimed = ClaimedSockets::new();
     for (index, served) in gateways.iter_mut().enumerate() {
         let object = ObjectRef::new("Gateway", Some(&served.key.namespace), &served.key.name);
-        let addresses = gateway_addresses(served.gateway, inputs.default_address);
-        let addresses = match addresses {
+        let addresses = match gateway_addresses(served.gateway, inputs.default_address) {
             Ok(addresses) => addresses,
-            Err(message) => {
-                diagnostics.error(&object, "spec.addresses", &message);
-                served.conditions = vec![
-                    Condition::new("Accepted", false, "UnsupportedAddress", &message),
-                    Condition::new("Programmed", false, "AddressNotUsable", &message),
-                ];
+            Err(rejection) => {
+                diagnostics.error(&object, rejection.field, &rejection.message);
+                served.conditions = rejection.conditions();
                 Vec::new()
             }
         };
@@ -69,7 +65,11 @@ pub(super) fn plan_listeners<'a>(
             };
             let mut plan = plan_listener(index, listener, &addresses, certificate);
             plan.namespace = &served.key.namespace;
-            if plan.accepted() && !addresses.is_empty() {
+            if addresses.is_empty() {
+                let message = "the Gateway is not accepted";
+                let condition = Condition::new("Programmed", false, "Invalid", message);
+                replace(&mut plan.conditions, condition);
+            } else if plan.accepted() {
                 claim_sockets(&mut plan, &mut claimed);
             }
             let troubles = plan
@@ -96,23 +96,62 @@ pub(super) fn plan_listeners<'a>(
     plans
 }
 
-/// The addresses a Gateway's listeners bind: its `IPAddress` addresses, else the default.
-pub(super) fn gateway_addresses(gateway: &Gateway, default: IpAddr) -> Result<Vec<IpAddr>, String> {
+/// Why a served Gateway is not accepted as a whole: nothing of it is bound.
+pub(super) struct GatewayRejection {
+    pub(super) field: &'static str,
+    accepted_reason: &'static str,
+    programmed_reason: &'static str,
+    pub(super) message: String,
+}
+
+impl GatewayRejection {
+    fn address(message: String) -> Self {
+        GatewayRejection {
+            field: "spec.addresses",
+            accepted_reason: "UnsupportedAddress",
+            programmed_reason: "AddressNotUsable",
+            message,
+        }
+    }
+
+    pub(super) fn conditions(&self) -> Vec<Condition> {
+        vec![
+            Condition::new("Accepted", false, self.accepted_reason, &self.message),
+            Condition::new("Programmed", false, self.programmed_reason, &self.message),
+        ]
+    }
+}
+
+/// The addresses a Gateway's listeners bind: its `IPAddress` addresses, else the default; or
+/// why it binds none (an address sluice cannot bind, or `infrastructure.parametersRef`,
+/// since sluice takes no parameters).
+pub(super) fn gateway_addresses(
+    gateway: &Gateway,
+    default: IpAddr,
+) -> Result<Vec<IpAddr>, GatewayRejection> {
+    let parameters = gateway.spec.infrastructure.as_ref();
+    if let Some(parameters) = parameters.and_then(|i| i.parameters_ref.as_ref()) {
+        return Err(GatewayRejection {
+            field: "spec.infrastructure.parametersRef",
+            accepted_reason: "InvalidParameters",
+            programmed_reason: "Invalid",
+            message: format!("names {parameters}; sluice takes no parameters"),
+        });
+    }
     let mut addresses = Vec::new();
     for address in &gateway.spec.addresses {
         let kind = address.address_type.as_deref().unwrap_or("IPAddress");
         if kind != "IPAddress" {
-            return Err(format!(
+            return Err(GatewayRejection::address(format!(
                 "address type {kind} is not supported; only IPAddress"
-            ));
+            )));
         }
         if address.value.is_empty() {
             continue;
         }
-        let ip = address
-            .value
-            .parse::<IpAddr>()
-            .map_err(|_| format!("{:?} is not an IP address", address.value))?;
+        let ip = address.value.parse::<IpAddr>().map_err(|_| {
+            GatewayRejection::address(format!("{:?} is not an IP address", address.value))
+        })?;
         addresses.push(ip);
     }
     if addresses.is_empty() {

@@ -125,7 +125,11 @@ pub(crate) fn compile_gateways(
             .collect(),
         ..GatewayReport::default()
     };
-    let served_class = |name: &str| classes.iter().any(|(class, _)| *class == name);
+    let served_class = |name: &str| {
+        classes
+            .iter()
+            .any(|(class, spec)| *class == name && spec.spec.parameters_ref.is_none())
+    };
     let mut gateways: Vec<ServedGateway<'_>> = oldest_first(&snapshot.gateways)
         .into_iter()
         .filter(|(_, gateway)| served_class(&gateway.spec.gateway_class_name))
@@ -170,8 +174,18 @@ pub(crate) fn compile_gateways(
     report
 }
 
+/// A class is accepted unless it names parameters: sluice takes none, and the spec rejects a
+/// class whose parameters are of an unsupported kind (its Gateways are then not served).
 fn class_status(name: &str, class: &GatewayClass) -> ClassStatus {
-    let accepted = Condition::new("Accepted", true, "Accepted", "served by sluice");
+    let accepted = match &class.spec.parameters_ref {
+        None => Condition::new("Accepted", true, "Accepted", "served by sluice"),
+        Some(parameters) => Condition::new(
+            "Accepted",
+            false,
+            "InvalidParameters",
+            format!("spec.parametersRef names {parameters}; sluice takes no parameters"),
+        ),
+    };
     ClassStatus {
         name: name.to_owned(),
         generation: class.metadata.generation,

@@ -190,6 +190,12 @@ pub(super) fn attach(
             "no listener of the Gateway has this sectionName and port".to_owned(),
         ));
     }
+    if candidates.iter().all(|&i| plans[i].sockets.is_empty()) {
+        return Err((
+            "NoMatchingParent",
+            "the Gateway is not accepted, so none of its listeners serves".to_owned(),
+        ));
+    }
     let allowed: Vec<usize> = candidates
         .into_iter()
         .filter(|&i| plans[i].accepted() && allows(&plans[i], route, snapshot))
