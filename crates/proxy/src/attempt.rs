@@ -205,6 +205,9 @@ impl<'a> Exchange<'a> {
             }
             if let Some(reason) = self.retry_reason.filter(|_| self.attempts > 0) {
                 self.settings.runtime.metrics.retried(reason);
+                if let Some(backoff) = self.policy.retry.backoff {
+                    tokio::time::sleep(backoff).await;
+                }
             }
             self.attempts += 1;
             let outcome = self.attempt(&pick).await;

@@ -92,8 +92,8 @@ impl MirrorCopy {
 }
 
 /// The heads of a Gateway API route's `RequestMirror` copies for this request: for each
-/// mirror whose share draws it, the client's method, target and headers, sent to one ready
-/// endpoint of the mirror's backend (at random).
+/// mirror whose share draws it, the upstream request's method, target and headers (after the
+/// route's filters), sent to one ready endpoint of the mirror's backend (at random).
 pub(crate) fn gateway_mirror_heads(
     mirrors: &[GatewayMirror],
     table: &RoutingTable,

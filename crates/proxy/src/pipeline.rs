@@ -278,12 +278,6 @@ impl Proxy {
         let mirror = filters
             .mirror()
             .and_then(|mirror| Some((mirror, mirror.head(context, &parts)?)));
-        let gateway_copies = match &target.policy.gateway {
-            Some(gateway) if !gateway.mirrors.is_empty() => {
-                crate::mirror::gateway_mirror_heads(&gateway.mirrors, table, &parts)
-            }
-            _ => Vec::new(),
-        };
         // Only a route with custom error pages keeps the URI as sent (for X-Original-URI).
         let original_uri = target
             .policy
@@ -292,6 +286,13 @@ impl Proxy {
             .and_then(|_| parts.uri.path_and_query().map(|t| t.as_str().to_owned()));
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
         filters.on_upstream_request(context, &mut parts);
+        // Gateway API mirrors copy the request as the route's filters left it, as Envoy's do.
+        let gateway_copies = match &target.policy.gateway {
+            Some(gateway) if !gateway.mirrors.is_empty() => {
+                crate::mirror::gateway_mirror_heads(&gateway.mirrors, table, &parts)
+            }
+            _ => Vec::new(),
+        };
         if let Some(grant) = grant {
             grant.apply(&mut parts.headers);
             context.auth_cookies = (!grant.cookies.is_empty()).then_some(grant);

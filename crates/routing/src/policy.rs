@@ -553,6 +553,10 @@ pub struct RetryPolicy {
     /// uses the proxy-wide `--response-retry-buffer`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub response_buffer: Option<u64>,
+    /// The least time between one attempt's end and the next attempt (an HTTPRoute rule's
+    /// `retry.backoff`); `None` retries at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Duration>,
 }
 
 impl RetryPolicy {
@@ -568,6 +572,7 @@ impl Default for RetryPolicy {
             timeout: None,
             per_try_timeout: None,
             response_buffer: None,
+            backoff: None,
         }
     }
 }

@@ -481,26 +481,222 @@ async fn https_listeners_serve_each_hostname_its_certificate_over_h2_and_http11_
     assert_eq!(condition(&listeners[2], 3).1, "False", "{report}");
 }
 
+/// The four HTTPS listeners on one port of the conformance suite's base Gateway
+/// `same-namespace-with-https-listener`, with the routes of `HTTPRouteHTTPSListener` and
+/// `HTTPRouteHTTPSListenerDetectMisdirectedRequests` (routes 3 and 4 take their listener's
+/// hostname, as the suite's expectations need), asked every (SNI, Host) pair those tests ask,
+/// over HTTP/1.1 and HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_https_listeners_answer_every_sni_and_host_pair_as_the_suite_expects() {
+    use support::tls::{curl, write_pem};
+    let v1 = EchoBackend::start("v1", pod_ip(207)).await.unwrap();
+    let v2 = EchoBackend::start("v2", pod_ip(208)).await.unwrap();
+    let v3 = EchoBackend::start("v3", pod_ip(209)).await.unwrap();
+    let ca = sluice_testkit::TestCa::new("conformance CA").unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let ca_file = write_pem(files.path(), "ca.pem", &ca.cert_pem());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let ip = gateway_ip(8);
+    let listener = |name: &str, host: Option<&str>| {
+        let host = host
+            .map(|h| format!(", hostname: \"{h}\""))
+            .unwrap_or_default();
+        format!("  - {{name: {name}, port: {port}, protocol: HTTPS{host}, tls: {{certificateRefs: [{{name: certificate}}]}}}}\n")
+    };
+    let gateway_yaml = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: sluice}}\nspec: {{controllerName: sluice.dev/gateway-controller}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw}}\nspec:\n  gatewayClassName: sluice\n  addresses: [{{value: \"{ip}\"}}]\n  listeners:\n{}{}{}{}",
+        listener("https", None),
+        listener("https-with-hostname", Some("second-example.org")),
+        listener("https-with-wildcard-hostname", Some("*.wildcard.org")),
+        listener(
+            "https-with-hostname-matching-wildcard",
+            Some("fourth-example.wildcard.org")
+        ),
+    );
+    let detect = |section: &str, hosts: &str, backend: &str| {
+        format!("  parentRefs: [{{name: gw{section}}}]\n{hosts}  rules:\n  - matches: [{{path: {{type: PathPrefix, value: /detect-misdirected-requests}}}}]\n    backendRefs: [{{name: {backend}, port: 8080}}]\n")
+    };
+    let named = |name: &str, spec: String| {
+        format!("apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}}}\nspec:\n{spec}")
+    };
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            gateway_yaml,
+            route(
+                "httproute-https-test",
+                "  hostnames: [example.org]\n  rules: [{backendRefs: [{name: v1, port: 8080}]}]\n",
+            ),
+            named(
+                "httproute-https-test-no-hostname",
+                "  parentRefs: [{name: gw, sectionName: https-with-hostname}]\n  rules: [{backendRefs: [{name: v2, port: 8080}]}]\n".to_owned(),
+            ),
+            named("detect-1", detect("", "  hostnames: [example.org]\n", "v1")),
+            named("detect-2", detect(", sectionName: https-with-hostname", "", "v2")),
+            named(
+                "detect-3",
+                detect(", sectionName: https-with-wildcard-hostname", "", "v3"),
+            ),
+            named(
+                "detect-4",
+                detect(
+                    ", sectionName: https-with-hostname-matching-wildcard",
+                    "",
+                    "v1",
+                ),
+            ),
+            service("v1", 8080, &[v1.addr()]),
+            service("v2", 8080, &[v2.addr()]),
+            service("v3", 8080, &[v3.addr()]),
+            ca.server(&[
+                "example.org",
+                "second-example.org",
+                "unknown-example.org",
+                "*.wildcard.org",
+            ])
+                .unwrap()
+                .secret_yaml("default", "certificate", None),
+        ],
+    );
+    let _sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(SocketAddr::new(ip, port)).await;
+    // (server name, Host, path, status, backend)
+    let detect = "/detect-misdirected-requests";
+    let cases: &[(&str, &str, &str, u16, &str)] = &[
+        // HTTPRouteHTTPSListener
+        ("example.org", "example.org", "/", 200, "v1"),
+        ("unknown-example.org", "unknown-example.org", "/", 404, ""),
+        ("second-example.org", "second-example.org", "/", 200, "v2"),
+        // HTTPRouteHTTPSListenerDetectMisdirectedRequests
+        ("example.org", "example.org", detect, 200, "v1"),
+        ("example.org", "second-example.org", detect, 421, ""),
+        ("example.org", "unknown-example.org", detect, 404, ""),
+        (
+            "second-example.org",
+            "second-example.org",
+            detect,
+            200,
+            "v2",
+        ),
+        ("second-example.org", "example.org", detect, 421, ""),
+        ("second-example.org", "unknown-example.org", detect, 421, ""),
+        (
+            "third-example.wildcard.org",
+            "third-example.wildcard.org",
+            detect,
+            200,
+            "v3",
+        ),
+        (
+            "third-example.wildcard.org",
+            "fith-example.wildcard.org",
+            detect,
+            200,
+            "v3",
+        ),
+        (
+            "third-example.wildcard.org",
+            "fourth-example.wildcard.org",
+            detect,
+            421,
+            "",
+        ),
+        (
+            "third-example.wildcard.org",
+            "second-example.org",
+            detect,
+            421,
+            "",
+        ),
+        (
+            "third-example.wildcard.org",
+            "unknown-example.org",
+            detect,
+            421,
+            "",
+        ),
+        (
+            "fourth-example.wildcard.org",
+            "fourth-example.wildcard.org",
+            detect,
+            200,
+            "v1",
+        ),
+        (
+            "fourth-example.wildcard.org",
+            "fith-example.wildcard.org",
+            detect,
+            421,
+            "",
+        ),
+        ("unknown-example.org", "example.org", detect, 200, "v1"),
+        (
+            "unknown-example.org",
+            "unknown-example.org",
+            detect,
+            404,
+            "",
+        ),
+    ];
+    for &(server_name, host, path, status, backend) in cases {
+        for version in ["--http1.1", "--http2"] {
+            let resolve = format!("{server_name}:{port}:{ip}");
+            let url = format!("https://{server_name}:{port}{path}");
+            let host_header = format!("Host: {host}");
+            let (code, out) = curl(&[
+                "-i",
+                version,
+                "--cacert",
+                &ca_file,
+                "--resolve",
+                &resolve,
+                "-H",
+                &host_header,
+                "-w",
+                "\n%{http_code}",
+                &url,
+            ]);
+            let case = format!("SNI {server_name}, Host {host}, {path} {version}");
+            assert_eq!(code, 0, "{case}: {out}");
+            let (answer, got) = out.rsplit_once('\n').unwrap();
+            assert_eq!(got, status.to_string(), "{case}: {out}");
+            if !backend.is_empty() {
+                assert!(answer.ends_with(&format!("{backend}\n")), "{case}: {out}");
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
     let pods = support::pods_on(&["p1", "p2", "p3"], 200, free_port()).await;
     let all: Vec<SocketAddr> = pods.iter().map(EchoBackend::addr).collect();
     let copies = RawBackend::start(pod_ip(203)).await.unwrap();
     let never = RawBackend::start(pod_ip(204)).await.unwrap();
+    let also = RawBackend::start(pod_ip(205)).await.unwrap();
+    let half = RawBackend::start(pod_ip(206)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let socket = SocketAddr::new(gateway_ip(7), port);
     let rules = r#"  rules:
   - matches: [{path: {value: /mirror}}]
     filters:
+    - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-set, value: before-mirror}]}}
     - {type: RequestMirror, requestMirror: {backendRef: {name: copies, port: 8080}}}
+    - {type: RequestMirror, requestMirror: {backendRef: {name: also, port: 8080}, fraction: {numerator: 1, denominator: 1}}}
     - {type: RequestMirror, requestMirror: {backendRef: {name: never, port: 8080}, fraction: {numerator: 0}}}
+    backendRefs: [{name: pods, port: 8080}]
+  - matches: [{path: {value: /half}}]
+    filters:
+    - {type: RequestMirror, requestMirror: {backendRef: {name: half, port: 8080}, percent: 50}}
     backendRefs: [{name: pods, port: 8080}]
   - matches: [{path: {value: /__testkit/sleep}}]
     timeouts: {request: 300ms}
     backendRefs: [{name: pods, port: 8080}]
   - matches: [{path: {value: /__testkit/status}}]
-    retry: {codes: [500], attempts: 1}
+    retry: {codes: [500], attempts: 2, backoff: 400ms}
     backendRefs: [{name: pods, port: 8080}]
   - matches: [{path: {value: /sticky}}]
     sessionPersistence: {sessionName: gw-session}
@@ -523,6 +719,8 @@ async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
             service("pods", 8080, &all),
             service("copies", 8080, &[copies.addr()]),
             service("never", 8080, &[never.addr()]),
+            service("also", 8080, &[also.addr()]),
+            service("half", 8080, &[half.addr()]),
         ],
     );
     let _sluice = Sluice::start(dir.path(), &[]).await;
@@ -536,15 +734,32 @@ async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
         assert_eq!(reply.status, 200);
     }
     wait_until(
-        "four copies at the mirror",
+        "four copies at each full mirror",
         Duration::from_secs(5),
-        || async { copies.requests().len() == 4 },
+        || async { copies.requests().len() == 4 && also.requests().len() == 4 },
     )
     .await;
-    let copy = &copies.requests()[0];
-    assert_eq!(copy.request_line(), "GET /mirror/a?b=c HTTP/1.1");
-    assert_eq!(copy.header("host"), Some("mirror.test"));
+    for copy in [&copies.requests()[0], &also.requests()[0]] {
+        assert_eq!(copy.request_line(), "GET /mirror/a?b=c HTTP/1.1");
+        assert_eq!(copy.header("host"), Some("mirror.test"));
+        assert_eq!(
+            copy.header("x-set"),
+            Some("before-mirror"),
+            "filters run first"
+        );
+    }
     assert!(never.requests().is_empty(), "a 0 share mirrors nothing");
+    for _ in 0..200 {
+        let reply = get(&client, &url("/half"), "x").await.unwrap();
+        assert_eq!(reply.status, 200);
+    }
+    // 50 % of 200 requests: 100 expected, standard deviation about 7.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let halved = half.requests().len();
+    assert!(
+        (50..=150).contains(&halved),
+        "{halved} of 200 mirrored at 50 %"
+    );
 
     let started = std::time::Instant::now();
     let slow = get(&client, &url("/__testkit/sleep/3000"), "x")
@@ -554,12 +769,22 @@ async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
     assert!(started.elapsed() < Duration::from_millis(2500));
 
     let before: u64 = pods.iter().map(EchoBackend::requests).sum();
+    let started = std::time::Instant::now();
     let failed = get(&client, &url("/__testkit/status/500"), "x")
         .await
         .unwrap();
     assert_eq!(failed.status, 500);
     let after: u64 = pods.iter().map(EchoBackend::requests).sum();
-    assert_eq!(after - before, 2, "one try and one retry on another pod");
+    assert_eq!(
+        after - before,
+        3,
+        "one try and two retries, each on another pod"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800),
+        "two backoffs of 400 ms: {waited:?}"
+    );
 
     let first = get(&client, &url("/sticky"), "x").await.unwrap();
     let cookie = first.headers["set-cookie"]

@@ -43,6 +43,7 @@ pub(crate) fn retry_policy(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Re
         timeout: timeout.flatten(),
         per_try_timeout,
         response_buffer,
+        backoff: None,
     }
 }
 

@@ -381,8 +381,8 @@ fn duration(text: Option<&str>, field: &str) -> Result<Option<std::time::Duratio
     Ok((!parsed.is_zero()).then_some(parsed))
 }
 
-/// `retry`: the statuses retried (as sluice's retry conditions), and `attempts` retries after
-/// the first try. Connection failures stay retried, as before.
+/// `retry`: the statuses retried (as sluice's retry conditions), `attempts` retries after
+/// the first try, and the `backoff` before each. Connection failures stay retried, as before.
 fn apply_retry(
     retry: &HttpRouteRetry,
     policy: &mut RetryPolicy,
@@ -418,6 +418,7 @@ fn apply_retry(
     if let Some(attempts) = retry.attempts {
         policy.tries = attempts.saturating_add(1);
     }
+    policy.backoff = duration(retry.backoff.as_deref(), &format!("{field}.backoff"))?;
     Ok(())
 }
 
