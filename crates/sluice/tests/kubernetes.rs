@@ -710,3 +710,363 @@ async fn an_httproute_through_the_api_serves_on_its_gateway_changes_within_50_ms
     assert!(features.iter().any(|f| f["name"] == "HTTPRoute"), "{class}");
     drop(sluice);
 }
+
+/// An HTTPRoute `name` in `shop` with these parentRefs and rules.
+fn route_with(name: &str, parent_refs: Value, rules: Value) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"parentRefs": parent_refs, "rules": rules}
+    })
+}
+
+/// A route on listener `section` of Gateway `gw`, with `hostnames`, sending to `backend_ref`.
+fn listener_route(name: &str, section: &str, hostnames: &[&str], backend_ref: Value) -> Value {
+    let mut route = route_with(
+        name,
+        json!([{"name": "gw", "sectionName": section}]),
+        json!([{"backendRefs": [backend_ref]}]),
+    );
+    route["spec"]["hostnames"] = json!(hostnames);
+    route
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_gateway_api_status_condition_reaches_the_api_server_and_a_route_that_leaves_loses_its_parent(
+) {
+    let pods = pods(&["status-1"], 172).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    let taken = std::net::TcpListener::bind("127.0.3.22:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let [p1, p2, p3, p4, p5] = [(); 5].map(|()| support::free_port());
+    let class = |name: &str, parameters: Option<Value>| {
+        let mut class = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": name},
+            "spec": {"controllerName": "sluice.dev/gateway-controller"}
+        });
+        if let Some(parameters) = parameters {
+            class["spec"]["parametersRef"] = parameters;
+        }
+        class
+    };
+    let gateway = |name: &str, class: &str, ip: &str, listeners: Value| {
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"gatewayClassName": class,
+                     "addresses": [{"type": "IPAddress", "value": ip}],
+                     "listeners": listeners}
+        })
+    };
+    let parameters = json!({"group": "", "kind": "ConfigMap", "name": "gateway-parameters"});
+    let mut with_parameters = gateway(
+        "params",
+        "sluice",
+        "127.0.3.23",
+        json!([{"name": "http", "port": p1, "protocol": "HTTP"}]),
+    );
+    with_parameters["spec"]["infrastructure"] = json!({"parametersRef": parameters.clone()});
+    let web = json!({"name": "web", "port": 80});
+    let extension = json!({"type": "ExtensionRef",
+                           "extensionRef": {"group": "example.dev", "kind": "Thing", "name": "x"}});
+    for object in [
+        class("sluice", None),
+        class("with-params", Some(parameters)),
+        gateway(
+            "gw",
+            "sluice",
+            "127.0.3.21",
+            json!([
+                {"name": "http", "port": p1, "protocol": "HTTP", "hostname": "*.shop.test"},
+                {"name": "dup", "port": p1, "protocol": "HTTP", "hostname": "*.shop.test"},
+                {"name": "https", "port": p2, "protocol": "HTTPS", "hostname": "secure.shop.test",
+                 "tls": {"certificateRefs": [{"name": "no-such-secret"}]}},
+                {"name": "tcp", "port": p3, "protocol": "TCP"},
+                {"name": "grpc-only", "port": p4, "protocol": "HTTP",
+                 "allowedRoutes": {"kinds": [{"kind": "GRPCRoute"}]}},
+                {"name": "bad-kinds", "port": p5, "protocol": "HTTP",
+                 "allowedRoutes": {"kinds": [{"kind": "TCPRoute"}]}},
+            ]),
+        ),
+        gateway(
+            "taken",
+            "sluice",
+            "127.0.3.22",
+            json!([{"name": "http", "port": taken_port, "protocol": "HTTP"}]),
+        ),
+        with_parameters,
+        gateway(
+            "of-other-class",
+            "with-params",
+            "127.0.3.24",
+            json!([{"name": "http", "port": p1, "protocol": "HTTP"}]),
+        ),
+        listener_route("ok", "http", &["a.shop.test"], web.clone()),
+        listener_route("wrong-host", "http", &["a.elsewhere.test"], web.clone()),
+        listener_route("no-parent", "nope", &[], web.clone()),
+        listener_route("not-allowed", "grpc-only", &[], web.clone()),
+        listener_route(
+            "invalid-kind",
+            "http",
+            &[],
+            json!({"group": "", "kind": "ConfigMap", "name": "web"}),
+        ),
+        listener_route(
+            "not-found",
+            "http",
+            &[],
+            json!({"name": "missing", "port": 80}),
+        ),
+        listener_route(
+            "not-permitted",
+            "http",
+            &[],
+            json!({"name": "web", "namespace": "other", "port": 80}),
+        ),
+        route_with(
+            "extension-only",
+            json!([{"name": "gw", "sectionName": "http"}]),
+            json!([{"filters": [extension.clone()], "backendRefs": [web.clone()]}]),
+        ),
+        route_with(
+            "partly",
+            json!([{"name": "gw", "sectionName": "http"}]),
+            json!([
+                {"matches": [{"path": {"value": "/x"}}], "filters": [extension], "backendRefs": [web.clone()]},
+                {"backendRefs": [web]},
+            ]),
+        ),
+    ] {
+        cluster.apply(object);
+    }
+    // Another controller's parent on the route that will leave: it must stay.
+    let mut ok = cluster.api.get("HTTPRoute", "shop", "ok").unwrap();
+    let foreign = json!({"parentRef": {"name": "their-gateway"}, "controllerName": "example.dev/other",
+                         "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                                         "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    ok["status"] = json!({"parents": [foreign]});
+    cluster.api.replace_status(ok).unwrap();
+
+    let sluice = Sluice::start_kubernetes(
+        &cluster.kubeconfig,
+        &["--namespace", "shop", "--publish-address", "203.0.113.9"],
+    )
+    .await;
+    let route_conditions = |name: &str| {
+        let route = cluster.api.get("HTTPRoute", "shop", name).unwrap();
+        let ours = route["status"]["parents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["controllerName"] == "sluice.dev/gateway-controller")
+            .cloned();
+        ours.map(|p| conditions(&p["conditions"]))
+    };
+    let routes = [
+        "ok",
+        "wrong-host",
+        "no-parent",
+        "not-allowed",
+        "invalid-kind",
+        "not-found",
+        "not-permitted",
+        "extension-only",
+        "partly",
+    ];
+    wait_until("every route's status", Duration::from_secs(10), || async {
+        routes.iter().all(|name| route_conditions(name).is_some())
+    })
+    .await;
+    let triple = |t: &str, s: &str, r: &str| (t.to_owned(), s.to_owned(), r.to_owned());
+    let accepted = triple("Accepted", "True", "Accepted");
+    let resolved = triple("ResolvedRefs", "True", "ResolvedRefs");
+    let expected_routes = [
+        ("ok", vec![accepted.clone(), resolved.clone()]),
+        (
+            "wrong-host",
+            vec![
+                triple("Accepted", "False", "NoMatchingListenerHostname"),
+                resolved.clone(),
+            ],
+        ),
+        (
+            "no-parent",
+            vec![
+                triple("Accepted", "False", "NoMatchingParent"),
+                resolved.clone(),
+            ],
+        ),
+        (
+            "not-allowed",
+            vec![
+                triple("Accepted", "False", "NotAllowedByListeners"),
+                resolved.clone(),
+            ],
+        ),
+        (
+            "invalid-kind",
+            vec![
+                accepted.clone(),
+                triple("ResolvedRefs", "False", "InvalidKind"),
+            ],
+        ),
+        (
+            "not-found",
+            vec![
+                accepted.clone(),
+                triple("ResolvedRefs", "False", "BackendNotFound"),
+            ],
+        ),
+        (
+            "not-permitted",
+            vec![
+                accepted.clone(),
+                triple("ResolvedRefs", "False", "RefNotPermitted"),
+            ],
+        ),
+        (
+            "extension-only",
+            vec![
+                triple("Accepted", "False", "UnsupportedValue"),
+                resolved.clone(),
+            ],
+        ),
+        (
+            "partly",
+            vec![
+                accepted.clone(),
+                triple("PartiallyInvalid", "True", "UnsupportedValue"),
+                resolved.clone(),
+            ],
+        ),
+    ];
+    for (name, expected) in &expected_routes {
+        assert_eq!(route_conditions(name).as_ref(), Some(expected), "{name}");
+    }
+    let route = cluster.api.get("HTTPRoute", "shop", "ok").unwrap();
+    for condition in route["status"]["parents"][1]["conditions"]
+        .as_array()
+        .unwrap()
+    {
+        assert_eq!(
+            condition["observedGeneration"],
+            route["metadata"]["generation"]
+        );
+        assert!(condition["lastTransitionTime"].is_string(), "{route}");
+    }
+
+    wait_until("the Gateways' status", Duration::from_secs(10), || async {
+        ["gw", "taken", "params"].iter().all(|name| {
+            let gateway = cluster.api.get("Gateway", "shop", name).unwrap();
+            gateway["status"]["listeners"].is_array()
+        })
+    })
+    .await;
+    let gw = cluster.api.get("Gateway", "shop", "gw").unwrap();
+    let status = &gw["status"];
+    assert_eq!(
+        status["addresses"],
+        json!([{"type": "IPAddress", "value": "203.0.113.9"}])
+    );
+    assert_eq!(
+        conditions(&status["conditions"]),
+        vec![
+            triple("Accepted", "True", "ListenersNotValid"),
+            triple("Programmed", "True", "Programmed"),
+        ],
+        "{gw}"
+    );
+    let listener = |name: &str| {
+        let listeners = status["listeners"].as_array().unwrap();
+        let found = listeners.iter().find(|l| l["name"] == name).unwrap();
+        (conditions(&found["conditions"]), found.clone())
+    };
+    let (http, http_status) = listener("http");
+    assert_eq!(
+        http,
+        vec![
+            accepted.clone(),
+            resolved.clone(),
+            triple("Conflicted", "False", "NoConflicts"),
+            triple("Programmed", "True", "Programmed"),
+        ]
+    );
+    // ok, invalid-kind, not-found, not-permitted and partly are accepted on it.
+    assert_eq!(http_status["attachedRoutes"], 5, "{gw}");
+    let kinds: Vec<&str> = http_status["supportedKinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["HTTPRoute", "GRPCRoute"]);
+    assert!(listener("dup")
+        .0
+        .contains(&triple("Conflicted", "True", "HostnameConflict")));
+    assert!(listener("https").0.contains(&triple(
+        "ResolvedRefs",
+        "False",
+        "InvalidCertificateRef"
+    )));
+    assert!(listener("tcp")
+        .0
+        .contains(&triple("Accepted", "False", "UnsupportedProtocol")));
+    assert!(listener("bad-kinds").0.contains(&triple(
+        "ResolvedRefs",
+        "False",
+        "InvalidRouteKinds"
+    )));
+    let taken_status = cluster.api.get("Gateway", "shop", "taken").unwrap();
+    let taken_listener = conditions(&taken_status["status"]["listeners"][0]["conditions"]);
+    assert!(
+        taken_listener.contains(&triple("Accepted", "False", "PortUnavailable")),
+        "{taken_status}"
+    );
+    assert!(
+        conditions(&taken_status["status"]["conditions"]).contains(&triple(
+            "Programmed",
+            "False",
+            "Invalid"
+        )),
+        "{taken_status}"
+    );
+    let params = cluster.api.get("Gateway", "shop", "params").unwrap();
+    assert_eq!(
+        conditions(&params["status"]["conditions"])[0],
+        triple("Accepted", "False", "InvalidParameters"),
+        "{params}"
+    );
+    let class = cluster.api.get("GatewayClass", "", "with-params").unwrap();
+    assert_eq!(
+        conditions(&class["status"]["conditions"]),
+        vec![triple("Accepted", "False", "InvalidParameters")],
+        "{class}"
+    );
+    let other = cluster
+        .api
+        .get("Gateway", "shop", "of-other-class")
+        .unwrap();
+    assert!(other["status"]["listeners"].is_null(), "{other}");
+
+    // The route leaves for a Gateway sluice does not serve: sluice's parent entry goes, the
+    // other controller's stays.
+    cluster.apply(route_with(
+        "ok",
+        json!([{"name": "their-gateway"}]),
+        json!([{"backendRefs": [{"name": "web", "port": 80}]}]),
+    ));
+    wait_until(
+        "sluice's parent entry to go",
+        Duration::from_secs(10),
+        || async { route_conditions("ok").is_none() },
+    )
+    .await;
+    let route = cluster.api.get("HTTPRoute", "shop", "ok").unwrap();
+    let parents = route["status"]["parents"].as_array().unwrap();
+    assert_eq!(parents.len(), 1, "{route}");
+    assert_eq!(parents[0]["controllerName"], "example.dev/other");
+    drop((sluice, taken));
+}

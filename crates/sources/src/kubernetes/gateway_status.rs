@@ -2,8 +2,9 @@
 //!
 //! Each object is read before it is written: a condition whose status did not change keeps
 //! its `lastTransitionTime`, and a route's `status.parents` keeps the entries of every other
-//! controller. What was written last is remembered, so an unchanged report costs no request;
-//! the memory is dropped whenever leadership is lost, so a new term writes everything once.
+//! controller. What was written last is remembered, so an unchanged report costs no request,
+//! and a route that stops naming sluice's Gateways loses the parent entries sluice wrote; the
+//! memory is dropped whenever leadership is lost, so a new term writes everything once.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -63,11 +64,16 @@ pub async fn run_gateway_status_writer(
         if leading {
             let report = (source.report)();
             let addresses = source.addresses.borrow_and_update().clone();
-            for (key, status) in desired(&report, &addresses, &writer.controller) {
+            let mut wanted = desired(&report, &addresses, &writer.controller);
+            wanted.extend(abandoned_routes(&written, &wanted));
+            for (key, status) in wanted {
                 if written.get(&key) == Some(&status) {
                     continue;
                 }
                 match writer.write(&key, &status).await {
+                    Ok(()) if status == no_parents() => {
+                        written.remove(&key);
+                    }
                     Ok(()) => {
                         written.insert(key, status);
                     }
@@ -157,6 +163,24 @@ fn desired(
         ));
     }
     out
+}
+
+/// Routes sluice wrote parents for that name none of its Gateways any more: sluice's parent
+/// entries go (other controllers' stay).
+fn abandoned_routes(
+    written: &HashMap<StatusKey, Value>,
+    desired: &[(StatusKey, Value)],
+) -> Vec<(StatusKey, Value)> {
+    written
+        .keys()
+        .filter(|key| matches!(key.0, "HTTPRoute" | "GRPCRoute"))
+        .filter(|key| !desired.iter().any(|(wanted, _)| wanted == *key))
+        .map(|key| (key.clone(), no_parents()))
+        .collect()
+}
+
+fn no_parents() -> Value {
+    json!({"parents": []})
 }
 
 fn conditions(conditions: &[Condition]) -> Value {
