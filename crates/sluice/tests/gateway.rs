@@ -865,3 +865,272 @@ async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
     .unwrap();
     assert!(refused.headers.get("access-control-allow-origin").is_none());
 }
+
+/// A pod that speaks only HTTP/2 with prior knowledge (as the suite's `kubernetes.io/h2c`
+/// port does) and answers with the request's version; an HTTP/1.1 request breaks it.
+async fn h2c_only_pod(ip: IpAddr) -> SocketAddr {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = hyper::service::service_fn(|request: http::Request<_>| async move {
+                let version = format!("{:?}\n", request.version());
+                Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                    Bytes::from(version),
+                )))
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    addr
+}
+
+/// A WebSocket pod that echoes text messages, prefixed with `echo: `.
+async fn websocket_pod(ip: IpAddr) -> SocketAddr {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                while let Some(Ok(Message::Text(text))) = socket.next().await {
+                    if socket
+                        .send(Message::text(format!("echo: {text}")))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A Service whose one port declares `appProtocol` (`kubernetes.io/h2c`, `kubernetes.io/ws`).
+fn service_speaking(name: &str, app_protocol: &str, endpoint: SocketAddr) -> String {
+    service(name, 8080, &[endpoint]).replacen(
+        "  - port: 8080\n",
+        &format!("  - port: 8080\n    appProtocol: {app_protocol}\n"),
+        1,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_backend_timeouts_cors_credentials_and_h2c_and_websocket_backends() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let pod = EchoBackend::start("plain", pod_ip(210)).await.unwrap();
+    let h2c = h2c_only_pod(pod_ip(211)).await;
+    let websocket = websocket_pod(pod_ip(212)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let socket = SocketAddr::new(gateway_ip(9), port);
+    let redirect = |path: &str, settings: &str| {
+        format!("  - matches: [{{path: {{value: {path}}}}}]\n    filters: [{{type: RequestRedirect, requestRedirect: {settings}}}]\n")
+    };
+    let mut rules = String::from("  rules:\n");
+    for (path, settings) in [
+        ("/see-other", "{statusCode: 303}"),
+        ("/temporary", "{statusCode: 307}"),
+        ("/permanent", "{statusCode: 308}"),
+        ("/scheme-nil-and-port-nil", "{hostname: example.org}"),
+        (
+            "/scheme-nil-and-port-80",
+            "{hostname: example.org, port: 80}",
+        ),
+        (
+            "/scheme-https-and-port-nil",
+            "{hostname: example.org, scheme: https}",
+        ),
+        (
+            "/scheme-https-and-port-443",
+            "{hostname: example.org, scheme: https, port: 443}",
+        ),
+        (
+            "/scheme-https-and-port-8443",
+            "{hostname: example.org, scheme: https, port: 8443}",
+        ),
+    ] {
+        rules.push_str(&redirect(path, settings));
+    }
+    rules.push_str(
+        r#"  - matches: [{path: {value: /full}}]
+    backendRefs:
+    - name: plain
+      port: 8080
+      filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /redirected-full}}}]
+  - matches: [{path: {value: /__testkit/sleep}}]
+    timeouts: {backendRequest: 300ms}
+    backendRefs: [{name: plain, port: 8080}]
+  - matches: [{path: {value: /cors-behavior-creds-false}}]
+    filters: [{type: CORS, cors: {allowOrigins: ["https://app.example"], allowCredentials: false}}]
+    backendRefs: [{name: plain, port: 8080}]
+  - matches: [{path: {value: /cors-behavior-creds-true}}]
+    filters: [{type: CORS, cors: {allowOrigins: ["https://app.example"], allowCredentials: true}}]
+    backendRefs: [{name: plain, port: 8080}]
+  - matches: [{path: {value: /h2c}}]
+    backendRefs: [{name: h2c, port: 8080}]
+  - matches: [{path: {value: /ws}}]
+    backendRefs: [{name: websocket, port: 8080}]
+"#,
+    );
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            gateway(gateway_ip(9), &[("http", port, "")]),
+            route("kinds", &rules),
+            service("plain", 8080, &[pod.addr()]),
+            service_speaking("h2c", "kubernetes.io/h2c", h2c),
+            service_speaking("websocket", "kubernetes.io/ws", websocket),
+        ],
+    );
+    let _sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(socket).await;
+    let client = http_client();
+    let url = |path: &str| format!("http://{socket}{path}");
+    let ask =
+        |method: http::Method, path: &str, headers: &'static [(&'static str, &'static str)]| {
+            let (client, url) = (client.clone(), url(path));
+            async move {
+                send(&client, method, &url, "gw.example", headers, Bytes::new())
+                    .await
+                    .unwrap()
+            }
+        };
+    let no_port = format!("gw.example:{port}");
+    for (method, path, status, location) in [
+        (
+            http::Method::POST,
+            "/see-other",
+            303,
+            format!("http://{no_port}/see-other"),
+        ),
+        (
+            http::Method::GET,
+            "/temporary",
+            307,
+            format!("http://{no_port}/temporary"),
+        ),
+        (
+            http::Method::GET,
+            "/permanent",
+            308,
+            format!("http://{no_port}/permanent"),
+        ),
+        (
+            http::Method::GET,
+            "/scheme-nil-and-port-nil",
+            302,
+            format!("http://example.org:{port}/scheme-nil-and-port-nil"),
+        ),
+        (
+            http::Method::GET,
+            "/scheme-nil-and-port-80",
+            302,
+            "http://example.org/scheme-nil-and-port-80".to_owned(),
+        ),
+        (
+            http::Method::GET,
+            "/scheme-https-and-port-nil",
+            302,
+            "https://example.org/scheme-https-and-port-nil".to_owned(),
+        ),
+        (
+            http::Method::GET,
+            "/scheme-https-and-port-443",
+            302,
+            "https://example.org/scheme-https-and-port-443".to_owned(),
+        ),
+        (
+            http::Method::GET,
+            "/scheme-https-and-port-8443",
+            302,
+            "https://example.org:8443/scheme-https-and-port-8443".to_owned(),
+        ),
+        (
+            http::Method::GET,
+            "/full/original",
+            302,
+            format!("http://{no_port}/redirected-full"),
+        ),
+    ] {
+        let reply = ask(method, path, &[]).await;
+        assert_eq!(reply.status, status, "{path}: {reply:?}");
+        assert_eq!(reply.headers["location"], location.as_str(), "{path}");
+    }
+    assert_eq!(pod.requests(), 0, "no redirect reaches the pod");
+
+    let started = std::time::Instant::now();
+    let slow = ask(http::Method::GET, "/__testkit/sleep/3000", &[]).await;
+    assert_eq!(slow.status, 504, "{slow:?}");
+    assert!(started.elapsed() < Duration::from_millis(2500));
+    let quick = ask(http::Method::GET, "/__testkit/sleep/10", &[]).await;
+    assert_eq!(quick.status, 200, "{quick:?}");
+
+    const CREDENTIALS: [(&str, &str); 2] =
+        [("cookie", "sid=abc123"), ("authorization", "Bearer test")];
+    const APP: [(&str, &str); 3] = [
+        CREDENTIALS[0],
+        CREDENTIALS[1],
+        ("origin", "https://app.example"),
+    ];
+    const NOT_APP: [(&str, &str); 3] = [
+        CREDENTIALS[0],
+        CREDENTIALS[1],
+        ("origin", "http://not-app.example"),
+    ];
+    let creds_false = ask(http::Method::GET, "/cors-behavior-creds-false", &APP).await;
+    assert_eq!(creds_false.status, 200);
+    assert!(!creds_false
+        .headers
+        .contains_key("access-control-allow-credentials"));
+    let not_app = ask(http::Method::GET, "/cors-behavior-creds-true", &NOT_APP).await;
+    assert_eq!(not_app.status, 200);
+    assert!(!not_app
+        .headers
+        .contains_key("access-control-allow-credentials"));
+    assert!(!not_app.headers.contains_key("access-control-allow-origin"));
+    let app = ask(http::Method::GET, "/cors-behavior-creds-true", &APP).await;
+    assert_eq!(app.status, 200);
+    assert_eq!(app.headers["access-control-allow-credentials"], "true");
+    assert_eq!(
+        app.headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+
+    let spoken = ask(http::Method::GET, "/h2c", &[]).await;
+    assert_eq!(spoken.status, 200, "{spoken:?}");
+    assert_eq!(spoken.body, "HTTP/2.0\n", "the pod was spoken to in h2c");
+
+    let mut request = url("/ws")
+        .replacen("http", "ws", 1)
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("host", "gw.example".parse().unwrap());
+    let (mut chat, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(response.status(), 101);
+    chat.send(Message::text("Test")).await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(5), chat.next()).await;
+    match reply {
+        Ok(Some(Ok(Message::Text(text)))) => assert_eq!(text.as_str(), "echo: Test"),
+        other => panic!("no echo: {other:?}"),
+    }
+}
