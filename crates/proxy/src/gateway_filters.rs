@@ -1,4 +1,4 @@
-//! Filters for Gateway API route rules: `RequestHeaderModifier`, `ResponseHeaderModifier`, `RequestRedirect` and `URLRewrite`, as the v1.6.1 spec defines them.
+//! Filters for Gateway API route rules: `RequestHeaderModifier`, `ResponseHeaderModifier`, `RequestRedirect`, `URLRewrite` and header session persistence, as the v1.6.1 spec defines them.
 
 use http::header::HOST;
 use http::request::Parts;
@@ -8,7 +8,7 @@ use sluice_routing::{GatewayFilters, GatewayRedirect, HeaderChanges, PathChange}
 use crate::edits::redirect;
 use crate::error::ProxyError;
 use crate::headers::host_without_port;
-use crate::phases::{Filter, ProxyScope, RequestContext};
+use crate::phases::{Filter, HeaderSession, ProxyScope, RequestContext};
 use crate::template::{http_host, scheme};
 
 /// Header changes in the form a header map takes them (names and values checked by the
@@ -177,6 +177,10 @@ pub(crate) fn add_filters(filters: &GatewayFilters, chain: &mut Vec<Box<dyn Filt
     }
     if let Some(edit) = HeaderEdit::of(&filters.response_headers) {
         chain.push(Box::new(ResponseHead(edit)));
+    }
+    let session = filters.session_header.as_deref();
+    if let Some(name) = session.and_then(|name| HeaderName::from_bytes(name.as_bytes()).ok()) {
+        chain.push(Box::new(HeaderSession(name)));
     }
 }
 

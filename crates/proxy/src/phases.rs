@@ -324,14 +324,8 @@ impl Filter for StickySession {
         request: &Parts,
         proxy: &ProxyScope<'_>,
     ) -> Result<(), ProxyError> {
-        let (Some(target), Some(value)) = (
-            &context.target,
-            request_cookie(&request.headers, &self.0.name),
-        ) else {
-            return Ok(());
-        };
-        let set = target.backend.endpoints().load();
-        context.pinned = proxy.session_key.pinned(&set, value).cloned();
+        let value = request_cookie(&request.headers, &self.0.name);
+        pin_session(context, value, proxy);
         Ok(())
     }
 
@@ -341,15 +335,54 @@ impl Filter for StickySession {
         response: &mut response::Parts,
         proxy: &ProxyScope<'_>,
     ) {
-        let Some(endpoint) = &context.endpoint else {
-            return;
-        };
-        if context.pinned.as_ref() == Some(endpoint) {
-            return;
-        }
-        let value = proxy.session_key.value(endpoint);
-        if let Some(header) = set_cookie(&self.0, &value) {
+        let header = new_session(context, proxy).and_then(|value| set_cookie(&self.0, &value));
+        if let Some(header) = header {
             response.headers.append(http::header::SET_COOKIE, header);
         }
     }
+}
+
+/// Header session affinity (a Gateway API rule's `sessionPersistence` of type `Header`): as
+/// [`StickySession`], with the session's token in a request and response header.
+pub(crate) struct HeaderSession(pub(crate) http::HeaderName);
+
+impl Filter for HeaderSession {
+    fn on_request(
+        &self,
+        context: &mut RequestContext<'_>,
+        request: &Parts,
+        proxy: &ProxyScope<'_>,
+    ) -> Result<(), ProxyError> {
+        let value = request.headers.get(&self.0).and_then(|v| v.to_str().ok());
+        pin_session(context, value, proxy);
+        Ok(())
+    }
+
+    fn on_response(
+        &self,
+        context: &RequestContext<'_>,
+        response: &mut response::Parts,
+        proxy: &ProxyScope<'_>,
+    ) {
+        let value = new_session(context, proxy).and_then(|v| HeaderValue::try_from(v).ok());
+        if let Some(value) = value {
+            response.headers.insert(self.0.clone(), value);
+        }
+    }
+}
+
+/// Pins the request to the endpoint a session token names, when it still serves.
+fn pin_session(context: &mut RequestContext<'_>, token: Option<&str>, proxy: &ProxyScope<'_>) {
+    let (Some(target), Some(token)) = (&context.target, token) else {
+        return;
+    };
+    let set = target.backend.endpoints().load();
+    context.pinned = proxy.session_key.pinned(&set, token).cloned();
+}
+
+/// The token to hand the client: its session's endpoint, unless the request was already
+/// pinned there.
+fn new_session(context: &RequestContext<'_>, proxy: &ProxyScope<'_>) -> Option<String> {
+    let endpoint = context.endpoint.as_ref()?;
+    (context.pinned.as_ref() != Some(endpoint)).then(|| proxy.session_key.value(endpoint))
 }

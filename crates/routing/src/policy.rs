@@ -75,6 +75,10 @@ pub struct GatewayFilters {
     pub rewrite_path: Option<PathChange>,
     /// `RequestMirror`: backends that get a copy of a share of the requests.
     pub mirrors: Vec<GatewayMirror>,
+    /// `sessionPersistence` of type `Header`: the header that names a session's endpoint,
+    /// sent to the client on answers and read from its later requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_header: Option<String>,
 }
 
 /// One `RequestMirror` filter: the backend a copy goes to, and the share of requests copied.

@@ -701,6 +701,9 @@ async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
   - matches: [{path: {value: /sticky}}]
     sessionPersistence: {sessionName: gw-session}
     backendRefs: [{name: pods, port: 8080}]
+  - matches: [{path: {value: /by-header}}]
+    sessionPersistence: {type: Header, sessionName: X-Session}
+    backendRefs: [{name: pods, port: 8080}]
   - matches: [{path: {value: /cors}}]
     filters:
     - {type: CORS, cors: {allowOrigins: ["https://app.example.com"], allowMethods: [GET, PUT], maxAge: 60}}
@@ -808,6 +811,36 @@ async fn rule_settings_mirror_time_out_retry_stick_and_answer_cors() {
         .unwrap();
         assert_eq!(again.body, first.body, "the session stays on one pod");
     }
+    let first = get(&client, &url("/by-header"), "x").await.unwrap();
+    let session = first.headers["x-session"].to_str().unwrap().to_owned();
+    for _ in 0..6 {
+        let again = send(
+            &client,
+            http::Method::GET,
+            &url("/by-header"),
+            "x",
+            &[("x-session", &session)],
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            again.body, first.body,
+            "the header keeps the session on one pod"
+        );
+        assert!(
+            !again.headers.contains_key("x-session"),
+            "a kept session is not announced again"
+        );
+    }
+    let mut bodies = std::collections::HashSet::new();
+    for _ in 0..6 {
+        bodies.insert(get(&client, &url("/by-header"), "x").await.unwrap().body);
+    }
+    assert!(
+        bodies.len() > 1,
+        "without the header requests spread: {bodies:?}"
+    );
 
     let origin = [
         ("origin", "https://app.example.com"),

@@ -2,9 +2,8 @@
 
 use http::{HeaderName, Method};
 use sluice_routing::{
-    Balancer, Cors, GatewayFilters, GatewayRedirect, HashKey, HeaderChanges, OriginPattern,
-    PathChange, PathMatch, RequestMatch, RetryPolicy, StickyCookie, UpstreamTimeouts,
-    ValueCondition,
+    Balancer, Cors, GatewayFilters, GatewayRedirect, HeaderChanges, OriginPattern, PathChange,
+    PathMatch, RequestMatch, RetryPolicy, StickyCookie, UpstreamTimeouts, ValueCondition,
 };
 
 use super::types::{
@@ -331,6 +330,8 @@ pub(crate) struct RuleSettings {
     pub retry: RetryPolicy,
     pub timeouts: UpstreamTimeouts,
     pub sticky: Option<StickyCookie>,
+    /// `sessionPersistence` of type `Header`: the header naming the session's endpoint.
+    pub session_header: Option<String>,
     pub balancer: Balancer,
 }
 
@@ -423,7 +424,8 @@ fn apply_retry(
 }
 
 /// `sessionPersistence`: a cookie (sluice's sticky cookie, named `sessionName`), or a header
-/// whose value the endpoint is chosen by (consistent hashing).
+/// of that name that sluice sends with answers and reads back from the client, as Envoy's
+/// stateful header sessions do.
 fn apply_session(
     session: &SessionPersistence,
     settings: &mut RuleSettings,
@@ -457,7 +459,7 @@ fn apply_session(
                     format!("{name:?} is not a header name"),
                 )
             })?;
-            settings.balancer = Balancer::Hash(HashKey::Header(header));
+            settings.session_header = Some(header.as_str().to_owned());
         }
         other => {
             return Err(Unsupported::new(

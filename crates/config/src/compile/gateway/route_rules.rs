@@ -259,7 +259,8 @@ pub(super) fn policy_of(
     ),
 ) -> Arc<RoutePolicy> {
     let cors = set.cors.clone();
-    let filters = with_mirrors(set, route, inputs, sinks);
+    let mut filters = with_mirrors(set, route, inputs, sinks);
+    filters.session_header = settings.session_header.clone();
     Arc::new(RoutePolicy {
         gateway: Some(Arc::new(filters)),
         cors,
