@@ -61,6 +61,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteBackendProtocolH2C",
     "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendRequestRedirect",
     "HTTPRouteBackendTimeout",
     "HTTPRouteCORS",
     "HTTPRouteHostRewrite",
