@@ -1046,25 +1046,25 @@ async fn redirects_backend_timeouts_cors_credentials_and_h2c_and_websocket_backe
                     .unwrap()
             }
         };
-    let no_port = format!("gw.example:{port}");
+    let listener_host = format!("gw.example:{port}");
     for (method, path, status, location) in [
         (
             http::Method::POST,
             "/see-other",
             303,
-            format!("http://{no_port}/see-other"),
+            format!("http://{listener_host}/see-other"),
         ),
         (
             http::Method::GET,
             "/temporary",
             307,
-            format!("http://{no_port}/temporary"),
+            format!("http://{listener_host}/temporary"),
         ),
         (
             http::Method::GET,
             "/permanent",
             308,
-            format!("http://{no_port}/permanent"),
+            format!("http://{listener_host}/permanent"),
         ),
         (
             http::Method::GET,
@@ -1100,7 +1100,7 @@ async fn redirects_backend_timeouts_cors_credentials_and_h2c_and_websocket_backe
             http::Method::GET,
             "/full/original",
             302,
-            format!("http://{no_port}/redirected-full"),
+            format!("http://{listener_host}/redirected-full"),
         ),
     ] {
         let reply = ask(method, path, &[]).await;

@@ -2,8 +2,8 @@
 
 use http::{HeaderName, Method};
 use sluice_routing::{
-    Balancer, Cors, GatewayFilters, GatewayRedirect, HeaderChanges, OriginPattern, PathChange,
-    PathMatch, RequestMatch, RetryPolicy, StickyCookie, UpstreamTimeouts, ValueCondition,
+    Cors, GatewayFilters, GatewayRedirect, HeaderChanges, OriginPattern, PathChange, PathMatch,
+    RequestMatch, RetryPolicy, StickyCookie, UpstreamTimeouts, ValueCondition,
 };
 
 use super::types::{
@@ -332,7 +332,6 @@ pub(crate) struct RuleSettings {
     pub sticky: Option<StickyCookie>,
     /// `sessionPersistence` of type `Header`: the header naming the session's endpoint.
     pub session_header: Option<String>,
-    pub balancer: Balancer,
 }
 
 /// Reads `timeouts`, `retry` and `sessionPersistence`. Without them a rule keeps sluice's

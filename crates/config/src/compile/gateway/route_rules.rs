@@ -267,7 +267,6 @@ pub(super) fn policy_of(
         retry: settings.retry.clone(),
         timeouts: settings.timeouts,
         sticky: settings.sticky.clone(),
-        balancer: settings.balancer.clone(),
         ..RoutePolicy::default()
     })
 }
