@@ -924,35 +924,6 @@ async fn h2c_only_pod(ip: IpAddr) -> SocketAddr {
     addr
 }
 
-/// A WebSocket pod that echoes text messages, prefixed with `echo: `.
-async fn websocket_pod(ip: IpAddr) -> SocketAddr {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
-                    return;
-                };
-                while let Some(Ok(Message::Text(text))) = socket.next().await {
-                    if socket
-                        .send(Message::text(format!("echo: {text}")))
-                        .await
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// A Service whose one port declares `appProtocol` (`kubernetes.io/h2c`, `kubernetes.io/ws`).
 fn service_speaking(name: &str, app_protocol: &str, endpoint: SocketAddr) -> String {
     service(name, 8080, &[endpoint]).replacen(
@@ -969,7 +940,7 @@ async fn redirects_backend_timeouts_cors_credentials_and_h2c_and_websocket_backe
     use tokio_tungstenite::tungstenite::Message;
     let pod = EchoBackend::start("plain", pod_ip(210)).await.unwrap();
     let h2c = h2c_only_pod(pod_ip(211)).await;
-    let websocket = websocket_pod(pod_ip(212)).await;
+    let websocket = support::websocket_echo_pod("echo", pod_ip(212)).await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let socket = SocketAddr::new(gateway_ip(9), port);

@@ -7,39 +7,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use support::{ingress, pod_ip, service, write_manifest, Sluice};
-use tokio::net::TcpListener;
+use support::{ingress, pod_ip, service, websocket_echo_pod, write_manifest, Sluice};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
-
-/// A WebSocket pod that echoes every message, prefixed by its name for text.
-async fn echo_pod(name: &'static str, ip: u8) -> SocketAddr {
-    let listener = TcpListener::bind(SocketAddr::new(pod_ip(ip), 0))
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
-                    return;
-                };
-                while let Some(Ok(message)) = socket.next().await {
-                    let reply = match message {
-                        Message::Text(text) => Message::text(format!("{name}: {text}")),
-                        Message::Binary(bytes) => Message::Binary(bytes),
-                        Message::Close(_) => break,
-                        _ => continue,
-                    };
-                    if socket.send(reply).await.is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
 
 type Client =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -79,7 +49,7 @@ fn manifests(dir: &std::path::Path, pods: &[SocketAddr], extra_route: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_echoes_large_messages_and_survives_table_and_endpoint_changes() {
-    let first = echo_pod("ws-1", 150).await;
+    let first = websocket_echo_pod("ws-1", pod_ip(150)).await;
     let dir = tempfile::tempdir().unwrap();
     manifests(dir.path(), &[first], false);
     let sluice = Sluice::start(dir.path(), &[]).await;
@@ -106,7 +76,7 @@ async fn websocket_echoes_large_messages_and_survives_table_and_endpoint_changes
         round_trip(&mut client, "after a swap").await,
         "ws-1: after a swap"
     );
-    let second = echo_pod("ws-2", 151).await;
+    let second = websocket_echo_pod("ws-2", pod_ip(151)).await;
     let generation = sluice.generation().await;
     manifests(dir.path(), &[second], true);
     sluice.wait_for_generation_after(generation).await;
@@ -133,7 +103,7 @@ async fn closed_within(client: &mut Client, limit: Duration) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_websocket_closes_after_its_own_idle_timeout_not_the_body_timeout() {
-    let pod = echo_pod("ws", 152).await;
+    let pod = websocket_echo_pod("ws", pod_ip(152)).await;
     let dir = tempfile::tempdir().unwrap();
     manifests(dir.path(), &[pod], false);
     let sluice = Sluice::start(
@@ -166,7 +136,7 @@ async fn an_idle_websocket_closes_after_its_own_idle_timeout_not_the_body_timeou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_shutdown_a_websocket_gets_the_grace_period_then_a_close() {
-    let pod = echo_pod("ws", 153).await;
+    let pod = websocket_echo_pod("ws", pod_ip(153)).await;
     let dir = tempfile::tempdir().unwrap();
     manifests(dir.path(), &[pod], false);
     let mut sluice = Sluice::start(

@@ -478,3 +478,35 @@ pub fn sum_of(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &s
         })
         .sum()
 }
+
+/// A WebSocket pod (tokio-tungstenite) that echoes every message, text prefixed by its name
+/// and `: `.
+pub async fn websocket_echo_pod(name: &'static str, ip: std::net::IpAddr) -> SocketAddr {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                while let Some(Ok(message)) = socket.next().await {
+                    let reply = match message {
+                        Message::Text(text) => Message::text(format!("{name}: {text}")),
+                        Message::Binary(bytes) => Message::Binary(bytes),
+                        Message::Close(_) => break,
+                        _ => continue,
+                    };
+                    if socket.send(reply).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
