@@ -176,6 +176,7 @@ impl KubeSource {
         tokio::spawn(run_gateway_status_writer(
             self.client.clone(),
             self.gateway_api.clone(),
+            self.config.namespaces.clone(),
             source,
             controller,
             leader.clone(),

@@ -847,8 +847,24 @@ async fn every_gateway_api_status_condition_reaches_the_api_server_and_a_route_t
     let foreign = json!({"parentRef": {"name": "their-gateway"}, "controllerName": "example.dev/other",
                          "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
                                          "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
-    ok["status"] = json!({"parents": [foreign]});
+    ok["status"] = json!({"parents": [foreign.clone()]});
     cluster.api.replace_status(ok).unwrap();
+    // A route that left while no sluice led still shows the parent an earlier leader wrote:
+    // the new term sweeps it away and keeps the other controller's.
+    cluster.apply(route_with(
+        "left-earlier",
+        json!([{"name": "their-gateway"}]),
+        json!([{"backendRefs": [{"name": "web", "port": 80}]}]),
+    ));
+    let mut left = cluster
+        .api
+        .get("HTTPRoute", "shop", "left-earlier")
+        .unwrap();
+    let earlier = json!({"parentRef": {"name": "gw"}, "controllerName": "sluice.dev/gateway-controller",
+                         "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                                         "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    left["status"] = json!({"parents": [earlier, foreign]});
+    cluster.api.replace_status(left).unwrap();
 
     let sluice = Sluice::start_kubernetes(
         &cluster.kubeconfig,
@@ -880,6 +896,19 @@ async fn every_gateway_api_status_condition_reaches_the_api_server_and_a_route_t
         routes.iter().all(|name| route_conditions(name).is_some())
     })
     .await;
+    wait_until(
+        "the earlier leader's parent entry to go",
+        Duration::from_secs(10),
+        || async { route_conditions("left-earlier").is_none() },
+    )
+    .await;
+    let left = cluster
+        .api
+        .get("HTTPRoute", "shop", "left-earlier")
+        .unwrap();
+    let parents = left["status"]["parents"].as_array().unwrap();
+    assert_eq!(parents.len(), 1, "{left}");
+    assert_eq!(parents[0]["controllerName"], "example.dev/other");
     let triple = |t: &str, s: &str, r: &str| (t.to_owned(), s.to_owned(), r.to_owned());
     let accepted = triple("Accepted", "True", "Accepted");
     let resolved = triple("ResolvedRefs", "True", "ResolvedRefs");

@@ -4,13 +4,14 @@
 //! its `lastTransitionTime`, and a route's `status.parents` keeps the entries of every other
 //! controller. What was written last is remembered, so an unchanged report costs no request,
 //! and a route that stops naming sluice's Gateways loses the parent entries sluice wrote; the
-//! memory is dropped whenever leadership is lost, so a new term writes everything once.
+//! memory is dropped whenever leadership is lost, so a new term writes everything once and
+//! first sweeps the routes for parent entries an earlier leader left behind.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::{Api, Client};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 use sluice_config::gateway::status::{Condition, GatewayReport};
 use tokio::sync::watch;
@@ -39,10 +40,12 @@ pub struct GatewayStatusSource {
 type StatusKey = (&'static str, String, String);
 
 /// Writes Gateway API status whenever the report changes and this replica leads; retries
-/// failures after a pause. Ends when the change channel closes.
+/// failures after a pause. Ends when the change channel closes. `namespaces` scopes the
+/// sweep for stale route parents as the watches are scoped (all when empty).
 pub async fn run_gateway_status_writer(
     client: Client,
     resources: Vec<GatewayApiResource>,
+    namespaces: Vec<String>,
     mut source: GatewayStatusSource,
     controller: String,
     mut leader: watch::Receiver<bool>,
@@ -53,9 +56,11 @@ pub async fn run_gateway_status_writer(
     let writer = Writer {
         client,
         resources,
+        namespaces,
         controller,
     };
     let mut written: HashMap<StatusKey, Value> = HashMap::new();
+    let mut swept = false;
     let mut leader_open = true;
     loop {
         source.changes.borrow_and_update();
@@ -66,6 +71,18 @@ pub async fn run_gateway_status_writer(
             let addresses = source.addresses.borrow_and_update().clone();
             let mut wanted = desired(&report, &addresses, &writer.controller);
             wanted.extend(abandoned_routes(&written, &wanted));
+            if !swept {
+                match writer.stale_routes(&wanted).await {
+                    Ok(stale) => {
+                        wanted.extend(stale.into_iter().map(|key| (key, no_parents())));
+                        swept = true;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "listing routes for stale Gateway API parents failed; retrying");
+                        retry = true;
+                    }
+                }
+            }
             for (key, status) in wanted {
                 if written.get(&key) == Some(&status) {
                     continue;
@@ -85,6 +102,7 @@ pub async fn run_gateway_status_writer(
             }
         } else {
             written.clear();
+            swept = false;
         }
         let pause = tokio::time::sleep(Duration::from_secs(if retry { 2 } else { 3600 }));
         tokio::select! {
@@ -191,6 +209,7 @@ fn conditions(conditions: &[Condition]) -> Value {
 struct Writer {
     client: Client,
     resources: Vec<GatewayApiResource>,
+    namespaces: Vec<String>,
     controller: String,
 }
 
@@ -201,6 +220,55 @@ impl Writer {
             true => Api::namespaced_with(self.client.clone(), namespace, &resource.api),
             false => Api::all_with(self.client.clone(), &resource.api),
         })
+    }
+
+    /// Routes outside `desired` whose status still shows a parent entry of this controller:
+    /// left by an earlier leader (before a restart) for a route that has since left.
+    async fn stale_routes(
+        &self,
+        desired: &[(StatusKey, Value)],
+    ) -> Result<Vec<StatusKey>, kube::Error> {
+        let mut stale = Vec::new();
+        let routes = self
+            .resources
+            .iter()
+            .filter(|r| matches!(r.kind, "HTTPRoute" | "GRPCRoute"));
+        for resource in routes {
+            for api in self.scoped_apis(resource) {
+                for route in api.list(&ListParams::default()).await? {
+                    let key = (
+                        resource.kind,
+                        route.namespace().unwrap_or_default(),
+                        route.name_any(),
+                    );
+                    if self.shows_our_parent(&route) && !desired.iter().any(|(k, _)| *k == key) {
+                        stale.push(key);
+                    }
+                }
+            }
+        }
+        Ok(stale)
+    }
+
+    /// One API per watched namespace, or one for all of them.
+    fn scoped_apis(&self, resource: &GatewayApiResource) -> Vec<Api<DynamicObject>> {
+        if self.namespaces.is_empty() {
+            return vec![Api::all_with(self.client.clone(), &resource.api)];
+        }
+        self.namespaces
+            .iter()
+            .map(|namespace| Api::namespaced_with(self.client.clone(), namespace, &resource.api))
+            .collect()
+    }
+
+    fn shows_our_parent(&self, route: &DynamicObject) -> bool {
+        route.data["status"]["parents"]
+            .as_array()
+            .is_some_and(|parents| {
+                parents
+                    .iter()
+                    .any(|p| p["controllerName"] == *self.controller)
+            })
     }
 
     /// Reads the object, merges `status` into what it shows (transition times kept, other
