@@ -239,14 +239,11 @@ async fn concurrent_calls_share_one_http2_connection_until_it_carries_100_stream
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grpcroute_routes_calls_by_service_and_method_on_its_gateway() {
-    let unary_pod = EchoPod::start("unary", SocketAddr::new(pod_ip(165), 0)).await;
-    let other_pod = EchoPod::start("other", SocketAddr::new(pod_ip(166), 0)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let port = support::free_port();
-    let gateway = SocketAddr::new("127.0.3.30".parse().unwrap(), port);
-    let objects = format!(
+/// A GatewayClass, a Gateway `gw` with one HTTP listener for `grpc.test` on `gateway`, and
+/// GRPCRoute `echo` with `rules` (YAML, indented as the route's rules).
+fn grpc_gateway(gateway: SocketAddr, rules: &str) -> String {
+    let (ip, port) = (gateway.ip(), gateway.port());
+    format!(
         r#"apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {{name: sluice}}
@@ -257,7 +254,7 @@ kind: Gateway
 metadata: {{name: gw}}
 spec:
   gatewayClassName: sluice
-  addresses: [{{value: "127.0.3.30"}}]
+  addresses: [{{value: "{ip}"}}]
   listeners: [{{name: grpc, port: {port}, protocol: HTTP, hostname: grpc.test}}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -266,26 +263,39 @@ metadata: {{name: echo}}
 spec:
   parentRefs: [{{name: gw}}]
   rules:
-  - matches: [{{method: {{service: echo.Echo, method: Unary}}}}]
-    backendRefs: [{{name: unary, port: 80}}]
-  - matches: [{{method: {{service: echo.Echo}}}}]
-    backendRefs: [{{name: other, port: 80}}]
-"#
-    );
+{rules}"#
+    )
+}
+
+async fn wait_for_socket(gateway: SocketAddr) {
+    support::wait_until("the Gateway socket", Duration::from_secs(10), || async {
+        tokio::net::TcpStream::connect(gateway).await.is_ok()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpcroute_routes_calls_by_service_and_method_on_its_gateway() {
+    let unary_pod = EchoPod::start("unary", SocketAddr::new(pod_ip(165), 0)).await;
+    let other_pod = EchoPod::start("other", SocketAddr::new(pod_ip(166), 0)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = SocketAddr::new("127.0.3.30".parse().unwrap(), support::free_port());
+    let rules = "  - matches: [{method: {service: echo.Echo, method: Unary}}]
+    backendRefs: [{name: unary, port: 80}]
+  - matches: [{method: {service: echo.Echo}}]
+    backendRefs: [{name: other, port: 80}]
+";
     write_manifest(
         dir.path(),
         "echo.yaml",
         &[
-            objects,
+            grpc_gateway(gateway, rules),
             service("unary", 80, &[unary_pod.addr]),
             service("other", 80, &[other_pod.addr]),
         ],
     );
     let _sluice = Sluice::start(dir.path(), &[]).await;
-    support::wait_until("the Gateway socket", Duration::from_secs(10), || async {
-        tokio::net::TcpStream::connect(gateway).await.is_ok()
-    })
-    .await;
+    wait_for_socket(gateway).await;
     let mut client = h2c_client(gateway, "grpc.test");
     let reply = client.unary(request("hi")).await.unwrap();
     assert_eq!(reply.pod, "unary");
@@ -306,4 +316,45 @@ spec:
         Code::Unimplemented,
         "no listener for the host"
     );
+}
+
+/// Conformance `GRPCRouteWeight`: weights 70/30/0 over 500 calls on one h2 connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcroute_weights_split_calls_and_a_weight_of_zero_gets_none() {
+    let v1 = EchoPod::start("v1", SocketAddr::new(pod_ip(213), 0)).await;
+    let v2 = EchoPod::start("v2", SocketAddr::new(pod_ip(214), 0)).await;
+    let v3 = EchoPod::start("v3", SocketAddr::new(pod_ip(215), 0)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = SocketAddr::new("127.0.3.31".parse().unwrap(), support::free_port());
+    let rules = "  - backendRefs:
+    - {name: v1, port: 80, weight: 70}
+    - {name: v2, port: 80, weight: 30}
+    - {name: v3, port: 80, weight: 0}
+";
+    write_manifest(
+        dir.path(),
+        "echo.yaml",
+        &[
+            grpc_gateway(gateway, rules),
+            service("v1", 80, &[v1.addr]),
+            service("v2", 80, &[v2.addr]),
+            service("v3", 80, &[v3.addr]),
+        ],
+    );
+    let _sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(gateway).await;
+    let client = h2c_client(gateway, "grpc.test");
+    let calls = (0..500).map(|_| {
+        let mut client = client.clone();
+        async move { client.unary(request("hi")).await.map(|reply| reply.pod) }
+    });
+    let mut answered = std::collections::HashMap::<String, usize>::new();
+    for pod in futures_util::future::join_all(calls).await {
+        *answered.entry(pod.unwrap()).or_default() += 1;
+    }
+    let share = |name: &str| answered.get(name).copied().unwrap_or(0);
+    assert_eq!(share("v3"), 0, "weight 0 gets nothing: {answered:?}");
+    assert_eq!(share("v1") + share("v2"), 500, "{answered:?}");
+    // 70 % of 500 is 350 with a standard deviation near 10: 290..=410 is six of them.
+    assert!((290..=410).contains(&share("v1")), "{answered:?}");
 }

@@ -224,7 +224,8 @@ type H2cTransport = Client<HttpConnector<FixedResolver>, tonic::body::Body>;
 type TlsTransport =
     Client<hyper_rustls::HttpsConnector<HttpConnector<FixedResolver>>, tonic::body::Body>;
 
-/// A tonic Echo client over one transport.
+/// A tonic Echo client over one transport; clones share the transport's connections.
+#[derive(Clone)]
 pub struct EchoClient<T> {
     grpc: tonic::client::Grpc<T>,
 }
