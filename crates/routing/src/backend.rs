@@ -22,13 +22,27 @@ impl BackendId {
         Self(format!("{namespace}/{service}:{port}").into())
     }
 
+    /// The empty backend a Gateway rule that only redirects stands on: the redirect answers
+    /// before any endpoint is chosen, so it is no Service and reports leave it out.
+    pub fn redirect_only() -> Self {
+        Self::new("sluice", "redirect-only", "0")
+    }
+
+    pub fn is_redirect_only(&self) -> bool {
+        self.as_str() == "sluice/redirect-only:0"
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     /// Namespace, Service and port, as given to [`Self::new`] (without a mode suffix such as
-    /// `/service-upstream`).
+    /// `/service-upstream`); all empty for the redirect-only placeholder, which has none (so
+    /// its requests' metrics carry `service=""`, as for a request no Service answered).
     pub fn parts(&self) -> (&str, &str, &str) {
+        if self.is_redirect_only() {
+            return ("", "", "");
+        }
         let (namespace, rest) = self.0.split_once('/').unwrap_or(("", &self.0));
         let (service, port) = rest.rsplit_once(':').unwrap_or((rest, ""));
         let port = port.split_once('/').map_or(port, |(port, _mode)| port);

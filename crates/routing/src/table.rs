@@ -244,6 +244,12 @@ impl RoutingTable {
         &self.backends
     }
 
+    /// The backends that stand for Services: every one but the redirect-only placeholder.
+    /// What reports (the API, metrics, the table view) list.
+    pub fn service_backends(&self) -> impl Iterator<Item = &Backend> {
+        self.backends.iter().filter(|b| !b.id().is_redirect_only())
+    }
+
     pub fn backend(&self, index: BackendIndex) -> Option<&Backend> {
         self.backends.get(index.0)
     }

@@ -91,8 +91,7 @@ impl TableView {
             })
             .collect();
         let backends = table
-            .backends()
-            .iter()
+            .service_backends()
             .map(|backend| {
                 let view = BackendView {
                     mode: backend.mode(),

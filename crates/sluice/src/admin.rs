@@ -312,8 +312,7 @@ fn backends(control: &ControlPlane) -> Response<Full<Bytes>> {
     let policies = policies_by_backend(&table);
     let runtime = control.table().runtime();
     let backends = table
-        .backends()
-        .iter()
+        .service_backends()
         .map(|backend| {
             let policy = policies
                 .get(backend.id().as_str())

@@ -237,7 +237,7 @@ fn endpoint_states(control: &ControlPlane) -> Vec<(Labels, i64)> {
     let table = control.table().load();
     let runtime = control.table().runtime();
     let mut samples = Vec::new();
-    for backend in table.backends() {
+    for backend in table.service_backends() {
         let (namespace, service, _) = backend.id().parts();
         let set = backend.endpoints().load();
         let mut counts = [0i64; 3];
@@ -276,7 +276,7 @@ fn per_endpoint(
     let mut latency = Vec::new();
     let mut attempts = Vec::new();
     let mut failures = Vec::new();
-    for backend in table.backends() {
+    for backend in table.service_backends() {
         let (namespace, service, port) = backend.id().parts();
         for endpoint in backend.endpoints().load().iter() {
             let report = runtime.endpoint_report(endpoint);

@@ -152,7 +152,7 @@ async fn filters_change_what_the_pod_and_the_client_get() {
             service("pod", 8080, &[pod.addr()]),
         ],
     );
-    let _sluice = Sluice::start(dir.path(), &[]).await;
+    let sluice = Sluice::start(dir.path(), &[]).await;
     wait_for_socket(socket).await;
     let client = http_client();
     let headers = [
@@ -204,6 +204,22 @@ async fn filters_change_what_the_pod_and_the_client_get() {
         pod.requests().len(),
         1,
         "the redirect never reaches the pod"
+    );
+    // The redirect-only rule's placeholder backend is no Service: reports leave it out.
+    let backends: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/backends").await.body).unwrap();
+    let ids: Vec<&str> = backends["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["default/pod:8080"], "{backends}");
+    let metrics = sluice.admin_get("/metrics").await.body;
+    assert!(!metrics.contains("redirect-only"), "{metrics}");
+    assert!(
+        metrics.contains(r#"sluice_requests_total{namespace="default",ingress="filters",service="",port="",method="GET",code="301"} 1"#),
+        "{metrics}"
     );
 }
 

@@ -103,7 +103,7 @@ pub(super) fn redirect_only(
     policy: Arc<RoutePolicy>,
     builder: &mut TableBuilder,
 ) -> WeightedBackend {
-    let id = BackendId::new("sluice", "redirect-only", "0");
+    let id = BackendId::redirect_only();
     builder.add_backend(Backend::new(
         id.clone(),
         BackendMode::Endpoints,
