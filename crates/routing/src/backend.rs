@@ -16,6 +16,9 @@ use crate::attached::Attached;
 #[serde(transparent)]
 pub struct BackendId(Arc<str>);
 
+/// The id of [`BackendId::redirect_only`]; no Service can have it (`0` is no port).
+const REDIRECT_ONLY: &str = "sluice/redirect-only:0";
+
 impl BackendId {
     /// `port` is the Service port as the Ingress names it: a number or a port name.
     pub fn new(namespace: &str, service: &str, port: &str) -> Self {
@@ -25,11 +28,11 @@ impl BackendId {
     /// The empty backend a Gateway rule that only redirects stands on: the redirect answers
     /// before any endpoint is chosen, so it is no Service and reports leave it out.
     pub fn redirect_only() -> Self {
-        Self::new("sluice", "redirect-only", "0")
+        Self(REDIRECT_ONLY.into())
     }
 
     pub fn is_redirect_only(&self) -> bool {
-        self.as_str() == "sluice/redirect-only:0"
+        *self.0 == *REDIRECT_ONLY
     }
 
     pub fn as_str(&self) -> &str {

@@ -97,6 +97,8 @@ pub async fn run_gateway_status_writer(
                     Err(error) => {
                         tracing::warn!(kind = key.0, namespace = %key.1, name = %key.2, %error, "writing Gateway API status failed; retrying");
                         retry = true;
+                        // A stale parent is found only by sweeping: sweep again on the retry.
+                        swept = false;
                     }
                 }
             }
