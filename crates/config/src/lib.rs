@@ -8,6 +8,7 @@ pub mod gateway;
 mod manifest;
 pub mod migration;
 mod snapshot;
+pub mod traefik;
 
 pub use compile::{
     compile, compile_with, ready_endpoints, CompileOptions, Compiled, EndpointCache,
@@ -16,5 +17,5 @@ pub use compile::{
 };
 pub use diagnostic::{Diagnostic, ObjectRef, Severity};
 pub use error::DocumentError;
-pub use manifest::{gateway_api_object, parse_manifest, Document, Format};
+pub use manifest::{gateway_api_object, middleware_object, parse_manifest, Document, Format};
 pub use snapshot::{KubeObject, ObjectKey, Snapshot, DEFAULT_NAMESPACE};

@@ -113,6 +113,9 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant" => {
             return gateway_object(value, &api_version, &kind);
         }
+        "Middleware" if is_traefik(&api_version) => {
+            return named(KubeObject::Middleware(typed(value)?));
+        }
         _ => {
             let name = value
                 .pointer("/metadata/name")
@@ -172,6 +175,32 @@ pub fn gateway_api_object(value: Value) -> Result<KubeObject, String> {
     match gateway_object(value, &api_version, &kind)? {
         Document::Object(object) => Ok(object),
         Document::Skipped { kind, .. } => Err(format!("{kind} is not a Gateway API kind")),
+    }
+}
+
+/// Whether `api_version` is a Traefik CRD group's (`traefik.io/v1alpha1`,
+/// `traefik.containo.us/v1alpha1`).
+fn is_traefik(api_version: &str) -> bool {
+    api_version.split_once('/').is_some_and(|(group, version)| {
+        crate::traefik::TRAEFIK_GROUPS.contains(&group)
+            && version == crate::traefik::MIDDLEWARE_VERSION
+    })
+}
+
+/// A Traefik Middleware as the API server sends it. One whose spec does not parse is kept
+/// with its metadata and the reason, so that routes using it fail closed.
+pub fn middleware_object(value: Value) -> Result<KubeObject, String> {
+    let metadata = value.get("metadata").cloned().unwrap_or_default();
+    match typed::<crate::traefik::Middleware>(value) {
+        Ok(middleware) => Ok(KubeObject::Middleware(middleware)),
+        Err(reason) => {
+            let metadata = typed(metadata)?;
+            Ok(KubeObject::Middleware(crate::traefik::Middleware {
+                metadata,
+                unreadable: Some(reason),
+                ..Default::default()
+            }))
+        }
     }
 }
 

@@ -313,6 +313,11 @@ fn numbered_domain(name: &str) -> Option<String> {
         .then(|| format!("router.tls.domains.n.{field}"))
 }
 
+/// Whether ingress-nginx has an annotation of this name (without its prefix).
+pub(crate) fn is_ingress_nginx_name(name: &str) -> bool {
+    lookup(INGRESS_NGINX, name).is_some()
+}
+
 fn lookup(table: &[(&str, Support)], name: &str) -> Option<Support> {
     table
         .iter()

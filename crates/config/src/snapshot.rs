@@ -8,6 +8,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant};
+use crate::traefik::Middleware;
 
 /// Namespace given to namespaced objects that do not name one, as `kubectl apply` does.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -56,6 +57,8 @@ pub enum KubeObject {
     ReferenceGrant(ReferenceGrant),
     /// Read for its labels, which Gateway listeners select route namespaces by.
     Namespace(Namespace),
+    /// A Traefik Middleware, which `router.middlewares` names.
+    Middleware(Middleware),
 }
 
 impl KubeObject {
@@ -73,6 +76,7 @@ impl KubeObject {
             Self::GrpcRoute(_) => "GRPCRoute",
             Self::ReferenceGrant(_) => "ReferenceGrant",
             Self::Namespace(_) => "Namespace",
+            Self::Middleware(_) => "Middleware",
         }
     }
 
@@ -90,6 +94,7 @@ impl KubeObject {
             Self::GrpcRoute(o) => &o.metadata,
             Self::ReferenceGrant(o) => &o.metadata,
             Self::Namespace(o) => &o.metadata,
+            Self::Middleware(o) => &o.metadata,
         }
     }
 
@@ -107,6 +112,7 @@ impl KubeObject {
             Self::GrpcRoute(o) => &mut o.metadata,
             Self::ReferenceGrant(o) => &mut o.metadata,
             Self::Namespace(o) => &mut o.metadata,
+            Self::Middleware(o) => &mut o.metadata,
         }
     }
 }
@@ -131,6 +137,8 @@ pub struct Snapshot {
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Namespace is cluster-scoped: keyed by name alone. Only Gateway listeners read it.
     pub namespaces: BTreeMap<String, Namespace>,
+    /// Traefik Middlewares, of either API group.
+    pub middlewares: BTreeMap<ObjectKey, Middleware>,
 }
 
 impl Snapshot {
@@ -173,6 +181,9 @@ impl Snapshot {
             }
             KubeObject::Namespace(o) => {
                 self.namespaces.insert(key.name, o);
+            }
+            KubeObject::Middleware(o) => {
+                self.middlewares.insert(key, o);
             }
         }
     }
@@ -217,6 +228,9 @@ impl Snapshot {
             KubeObject::Namespace(_) => {
                 self.namespaces.remove(&key.name);
             }
+            KubeObject::Middleware(_) => {
+                self.middlewares.remove(&key);
+            }
         }
     }
 
@@ -236,6 +250,7 @@ impl Snapshot {
             KubeObject::GrpcRoute(_) => self.grpc_routes.get(&key).map(|o| &o.metadata),
             KubeObject::ReferenceGrant(_) => self.reference_grants.get(&key).map(|o| &o.metadata),
             KubeObject::Namespace(_) => self.namespaces.get(&key.name).map(|o| &o.metadata),
+            KubeObject::Middleware(_) => self.middlewares.get(&key).map(|o| &o.metadata),
         }
     }
 
@@ -255,6 +270,7 @@ impl Snapshot {
             KubeObject::GrpcRoute(o) => self.grpc_routes.get(&key) == Some(o),
             KubeObject::ReferenceGrant(o) => self.reference_grants.get(&key) == Some(o),
             KubeObject::Namespace(o) => self.namespaces.get(&key.name) == Some(o),
+            KubeObject::Middleware(o) => self.middlewares.get(&key) == Some(o),
         }
     }
 

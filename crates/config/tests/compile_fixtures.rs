@@ -28,6 +28,10 @@ struct Expectations {
     /// The Gateway API status report (`Compiled::gateways`) as JSON; only the keys given are
     /// compared, and lists element by element.
     gateway_status: Option<Value>,
+    /// TLS hosts and the Secret each is served with (`default`: the default certificate; null:
+    /// the host is no TLS host).
+    #[serde(default)]
+    tls: std::collections::BTreeMap<String, Option<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -36,6 +40,8 @@ struct Options {
     ingress_class: Option<String>,
     #[serde(default)]
     watch_ingress_without_class: bool,
+    #[serde(default)]
+    allow_cross_namespace_middlewares: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,6 +120,7 @@ fn check(path: &Path) -> Vec<String> {
             .clone()
             .unwrap_or_else(|| "sluice".to_owned()),
         watch_without_class: expected.options.watch_ingress_without_class,
+        allow_cross_namespace_middlewares: expected.options.allow_cross_namespace_middlewares,
         ..CompileOptions::default()
     };
     let compiled = compile(&snapshot, &options);
@@ -182,6 +189,15 @@ fn check(path: &Path) -> Vec<String> {
                     backend.mode()
                 ));
             }
+        }
+    }
+    let sites = sluice_routing::TableView::of(&compiled.table).tls;
+    for (host, certificate) in &expected.tls {
+        let actual = sites.get(host).map(|site| site.certificate.clone());
+        if &actual != certificate {
+            failures.push(format!(
+                "TLS host {host}: expected certificate {certificate:?}, got {actual:?}"
+            ));
         }
     }
     if let Some(expected_status) = &expected.gateway_status {

@@ -63,6 +63,29 @@ pub enum ProxyError {
         status: StatusCode,
         location: http::HeaderValue,
     },
+    /// A whole answer the proxy gives itself, head and body: a Traefik middleware's refusal
+    /// or redirect, or an auth server's answer passed on as it came.
+    #[error("answered by the proxy ({})", .0.status)]
+    Answered(Box<OwnAnswer>),
+}
+
+/// An answer of the proxy's own, as it goes to the client.
+#[derive(Debug)]
+pub struct OwnAnswer {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: bytes::Bytes,
+}
+
+impl OwnAnswer {
+    /// `status` with `body` and no headers (as Traefik writes its own short answers).
+    pub(crate) fn text(status: StatusCode, body: &'static str) -> ProxyError {
+        ProxyError::Answered(Box::new(Self {
+            status,
+            headers: http::HeaderMap::new(),
+            body: bytes::Bytes::from_static(body.as_bytes()),
+        }))
+    }
 }
 
 impl ProxyError {
@@ -90,6 +113,7 @@ impl ProxyError {
             Self::AuthFailed => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Limited { status } => *status,
             Self::Redirect { status, .. } => *status,
+            Self::Answered(answer) => answer.status,
         }
     }
 
@@ -128,6 +152,7 @@ impl ProxyError {
             }
             Self::Limited { .. } => "request limited\n",
             Self::Redirect { .. } => "redirecting\n",
+            Self::Answered(_) => "",
         }
     }
 

@@ -140,6 +140,12 @@ impl Forwarding {
         headers.insert(X_REQUEST_ID, request_id.clone());
     }
 
+    /// `X-Forwarded-For` as the trusted proxy in front sent it (its fields joined), or `None`
+    /// from an untrusted peer, whose header is not believed.
+    pub(crate) fn trusted_forwarded_for(&self, headers: &HeaderMap) -> Option<String> {
+        self.trusted.then(|| forwarded_for(headers).join(", "))
+    }
+
     /// Whether a trusted proxy in front says the request arrived over HTTPS
     /// (`X-Forwarded-Proto: https`).
     pub(crate) fn says_https(&self, headers: &HeaderMap) -> bool {

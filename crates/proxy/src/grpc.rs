@@ -75,7 +75,8 @@ fn status_of(error: &ProxyError) -> u8 {
         | ProxyError::Misdirected
         | ProxyError::RouteDenied
         | ProxyError::Preflight(_)
-        | ProxyError::Redirect { .. } => UNAVAILABLE,
+        | ProxyError::Redirect { .. }
+        | ProxyError::Answered(_) => UNAVAILABLE,
     }
 }
 

@@ -38,6 +38,7 @@ mod sticky;
 mod table_handle;
 mod telemetry;
 mod template;
+mod traefik;
 mod upgrade;
 mod upstream;
 

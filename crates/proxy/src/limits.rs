@@ -39,12 +39,7 @@ impl ClientLimits {
         }
         Self {
             status: StatusCode::from_u16(limits.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
-            connections: limits.connections.map(|limit| {
-                Arc::new(Connections {
-                    limit,
-                    clients: Mutex::default(),
-                })
-            }),
+            connections: limits.connections.map(Connections::new),
             buckets,
             limits: limits.clone(),
         }
@@ -75,7 +70,8 @@ impl Filter for ClientLimits {
             return Err(limited);
         }
         if let Some(connections) = &self.connections {
-            context.connection_slot = Some(Connections::take(connections, client).ok_or(limited)?);
+            let slot = Connections::take(connections, SlotKey::Address(client)).ok_or(limited)?;
+            context.slots.push(slot);
         }
         Ok(())
     }
@@ -143,17 +139,33 @@ impl Bucket {
     }
 }
 
-/// nginx's `limit_conn`: each client's requests in progress.
+/// Whom requests in progress are counted for: a client address (`limit-connections`), or the
+/// source a Traefik `inFlightReq` counts by (a host, a header's value).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum SlotKey {
+    Address(IpAddr),
+    Source(Box<str>),
+}
+
+/// nginx's `limit_conn` (and Traefik's `inFlightReq`): each source's requests in progress.
 #[derive(Debug)]
 pub(crate) struct Connections {
     limit: u32,
-    clients: Mutex<HashMap<IpAddr, u32>>,
+    clients: Mutex<HashMap<SlotKey, u32>>,
 }
 
 impl Connections {
-    fn take(this: &Arc<Self>, client: IpAddr) -> Option<ConnectionSlot> {
+    pub(crate) fn new(limit: u32) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            clients: Mutex::default(),
+        })
+    }
+
+    /// A place for one more request of `client`, unless it has `limit` in progress.
+    pub(crate) fn take(this: &Arc<Self>, client: SlotKey) -> Option<ConnectionSlot> {
         let mut clients = this.clients.lock().ok()?;
-        let count = clients.entry(client).or_insert(0);
+        let count = clients.entry(client.clone()).or_insert(0);
         if *count >= this.limit {
             return None;
         }
@@ -169,7 +181,7 @@ impl Connections {
 #[derive(Debug)]
 pub(crate) struct ConnectionSlot {
     connections: Arc<Connections>,
-    client: IpAddr,
+    client: SlotKey,
 }
 
 impl Drop for ConnectionSlot {
@@ -207,13 +219,10 @@ mod tests {
 
     #[test]
     fn connection_slots_free_themselves() {
-        let connections = Arc::new(Connections {
-            limit: 1,
-            clients: Mutex::default(),
-        });
-        let client: IpAddr = [10, 0, 0, 1].into();
-        let slot = Connections::take(&connections, client).unwrap();
-        assert!(Connections::take(&connections, client).is_none());
+        let connections = Connections::new(1);
+        let client = SlotKey::Address([10, 0, 0, 1].into());
+        let slot = Connections::take(&connections, client.clone()).unwrap();
+        assert!(Connections::take(&connections, client.clone()).is_none());
         drop(slot);
         assert!(Connections::take(&connections, client).is_some());
     }

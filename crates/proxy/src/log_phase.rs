@@ -20,8 +20,9 @@ pub(crate) struct Completion {
     /// The access-log line, with its sizes and duration still to fill in; `None` when the
     /// access log is off.
     pub(crate) log: Option<Box<(Arc<AccessLog>, AccessRecord)>>,
-    /// The request's place under `limit-connections`, held until the response ends.
-    pub(crate) connection_slot: Option<ConnectionSlot>,
+    /// The request's places under `limit-connections` and Traefik's `inFlightReq`, held until
+    /// the response ends.
+    pub(crate) slots: Vec<ConnectionSlot>,
 }
 
 impl Completion {
@@ -29,7 +30,7 @@ impl Completion {
     /// finishing, when the client left, gives its `limit-connections` place back too.)
     pub(crate) fn finish(self, response_bytes: u64) {
         // The response has ended: the client may use its place for another request.
-        drop(self.connection_slot);
+        drop(self.slots);
         let duration = self.started.elapsed();
         self.route.record(
             self.method,

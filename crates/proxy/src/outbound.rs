@@ -41,11 +41,24 @@ fn build_client() -> Result<HttpsClient, String> {
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
         }
     };
+    Ok(client_over(builder.https_or_http().enable_http1()))
+}
+
+/// An HTTP/1.1 client that speaks TLS with `config` (its own CAs, no verification, a client
+/// certificate), for an auth server with TLS settings of its own.
+pub(crate) fn client_with_tls(config: rustls::ClientConfig) -> HttpsClient {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config);
+    client_over(builder.https_or_http().enable_http1())
+}
+
+fn client_over(
+    builder: hyper_rustls::HttpsConnectorBuilder<hyper_rustls::builderstates::WantsProtocols2>,
+) -> HttpsClient {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
+    let connector = builder.wrap_connector(http);
+    Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector))
+        .build(connector)
 }

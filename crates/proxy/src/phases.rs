@@ -62,9 +62,11 @@ pub(crate) struct RequestContext<'r> {
     pub(crate) cors_origin: Option<HeaderValue>,
     /// The auth service's grant, while it has cookies for the response.
     pub(crate) auth_cookies: Option<crate::access::Grant>,
-    /// The request's place under `limit-connections`, handed to the response body by the log
-    /// phase and given back when the response ends.
-    pub(crate) connection_slot: Option<crate::limits::ConnectionSlot>,
+    /// The request's places under `limit-connections` and Traefik's `inFlightReq`, handed to
+    /// the response body by the log phase and given back when the response ends.
+    pub(crate) slots: Vec<crate::limits::ConnectionSlot>,
+    /// What the route's Traefik middlewares noted for the response phase.
+    pub(crate) middleware: Option<Box<crate::traefik::State>>,
 }
 
 /// What the phases may use from the proxy as a whole.
@@ -111,6 +113,8 @@ pub(crate) struct Filters {
     chain: Vec<Box<dyn Filter>>,
     access: Option<Access>,
     mirror: Option<MirrorCopy>,
+    /// Traefik's middlewares, run once the upstream head is made.
+    middlewares: Option<crate::traefik::Chain>,
 }
 
 impl Filters {
@@ -120,6 +124,7 @@ impl Filters {
             chain: Vec::new(),
             access: None,
             mirror: None,
+            middlewares: None,
         };
         policy
             .filters
@@ -129,6 +134,10 @@ impl Filters {
 
     fn build(policy: &RoutePolicy) -> Self {
         let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+        // Fail closed before anything else: not even a redirect leaks the route.
+        if let Some(reason) = &policy.refused {
+            filters.push(Box::new(Refused(reason.clone())));
+        }
         // nginx's order: the server's `app-root` rewrite, the location's `return` (a redirect
         // annotation), then the HTTPS redirect (Lua, at the end of the rewrite phase), then
         // the access phase (source ranges).
@@ -180,7 +189,13 @@ impl Filters {
             chain: filters,
             access: Access::of(policy),
             mirror: MirrorCopy::of(policy),
+            middlewares: crate::traefik::Chain::of(&policy.middlewares),
         }
+    }
+
+    /// The route's Traefik middlewares, when it lists any.
+    pub(crate) fn middlewares(&self) -> Option<&crate::traefik::Chain> {
+        self.middlewares.as_ref()
     }
 
     /// The route's mirror, when it has one.
@@ -218,6 +233,9 @@ impl Filters {
     ) {
         for filter in &self.chain {
             filter.on_response(context, response, proxy);
+        }
+        if let Some(chain) = &self.middlewares {
+            chain.on_response(context, response);
         }
     }
 
@@ -272,6 +290,22 @@ impl Filter for HttpsRedirect {
             }),
             Err(_) => Ok(()),
         }
+    }
+}
+
+/// A route whose protection sluice cannot honour (a snippet, a WAF, a Traefik middleware,
+/// another controller's action) answers every request 503.
+struct Refused(String);
+
+impl Filter for Refused {
+    fn on_request(
+        &self,
+        _context: &mut RequestContext<'_>,
+        _request: &Parts,
+        _proxy: &ProxyScope<'_>,
+    ) -> Result<(), ProxyError> {
+        tracing::debug!(reason = %self.0, "the route fails closed: 503");
+        Err(ProxyError::RouteDenied)
     }
 }
 

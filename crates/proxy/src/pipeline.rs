@@ -36,6 +36,7 @@ use crate::server::{ClientCertificate, ClientInfo, ShutdownSignal, TlsInfo};
 use crate::sticky::SessionKey;
 use crate::table_handle::TableHandle;
 use crate::telemetry;
+use crate::traefik::ChainRequest;
 use crate::upgrade::{
     requested_upgrade, restore_upgrade_headers, tunnel, OpenTunnels, TunnelShutdown,
 };
@@ -149,7 +150,8 @@ impl Proxy {
             attempts: 0,
             cors_origin: None,
             auth_cookies: None,
-            connection_slot: None,
+            slots: Vec::new(),
+            middleware: None,
         };
         // Boxed: the forwarding future is large (4.8 KB), and hyper keeps the handler's
         // future in a per-connection box while the connection lives. Boxing it here makes
@@ -165,6 +167,7 @@ impl Proxy {
                     ProxyError::Redirect { .. }
                         | ProxyError::Preflight(_)
                         | ProxyError::AuthDenied { .. }
+                        | ProxyError::Answered(_)
                 );
                 match grpc_call && !answered_as_http {
                     true => grpc::error_response(&error, Either::Right(Full::new(Bytes::new()))),
@@ -182,8 +185,8 @@ impl Proxy {
         if let Some(target) = &context.target {
             Filters::of(target.policy).on_log(&context, response.status());
         }
-        let connection_slot = context.connection_slot.take();
-        self.measure(&mut response, &context, measure, connection_slot);
+        let slots = std::mem::take(&mut context.slots);
+        self.measure(&mut response, &context, measure, slots);
         response
     }
 
@@ -195,7 +198,7 @@ impl Proxy {
         response: &mut Response<ProxyBody>,
         context: &RequestContext<'_>,
         measure: Measure,
-        connection_slot: Option<ConnectionSlot>,
+        slots: Vec<ConnectionSlot>,
     ) {
         let metrics = &self.table.runtime().metrics;
         let route = match &context.target {
@@ -229,7 +232,7 @@ impl Proxy {
             request_bytes: measure.request_bytes,
             route,
             log,
-            connection_slot,
+            slots,
         };
         match response.body_mut() {
             Either::Left(body) => body.on_end(completion),
@@ -284,8 +287,21 @@ impl Proxy {
             .error_pages
             .as_ref()
             .and_then(|_| parts.uri.path_and_query().map(|t| t.as_str().to_owned()));
+        let forwarded_for = filters
+            .middlewares()
+            .filter(|chain| chain.reads_forwarded_for())
+            .and_then(|_| forwarding.trusted_forwarded_for(&parts.headers));
         prepare_upstream_head(&mut parts, inbound, context, forwarding);
         filters.on_upstream_request(context, &mut parts);
+        // Traefik middlewares, in their order, on the request as it goes upstream.
+        if let Some(chain) = filters.middlewares() {
+            let mut request = ChainRequest {
+                context: &mut *context,
+                upstream: &mut parts,
+                forwarded_for: forwarded_for.as_deref(),
+            };
+            Box::pin(chain.on_request(&mut request, &self.outbound)).await?;
+        }
         // Gateway API mirrors copy the request as the route's filters left it, as Envoy's do.
         let gateway_copies = match &target.policy.gateway {
             Some(gateway) if !gateway.mirrors.is_empty() => {
@@ -338,7 +354,17 @@ impl Proxy {
         };
         context.attempts = attempted.attempts;
         context.tried = attempted.last_tried;
-        let mut answer = attempted.result?;
+        let result = match filters
+            .middlewares()
+            .filter(|chain| chain.has_error_pages())
+        {
+            Some(chain) => {
+                let scope = (table, &target, settings, forwarding.real_client);
+                Box::pin(traefik_error_page(chain, attempted.result, context, scope)).await
+            }
+            None => attempted.result,
+        };
+        let mut answer = result?;
         let status = answer.response.status();
         if let Some(request) = error_page
             .filter(|_| ErrorPageRequest::intercepts(target.policy.error_pages.as_ref(), status))
@@ -433,6 +459,43 @@ impl Proxy {
             return Response::from_parts(head, Either::Right(Full::new(Bytes::new())));
         }
         Response::from_parts(head, Either::Left(TrackedBody::new(body)))
+    }
+}
+
+/// A Traefik `errors` middleware's page in place of an answer (the pod's, or the proxy's own
+/// failure) whose status it catches; the answer itself when none catches it or the error
+/// Service does not answer.
+async fn traefik_error_page(
+    chain: &crate::traefik::Chain,
+    result: Result<Answer, ProxyError>,
+    context: &RequestContext<'_>,
+    (table, target, settings, client): (
+        &RoutingTable,
+        &Target<'_>,
+        AttemptSettings<'_>,
+        std::net::IpAddr,
+    ),
+) -> Result<Answer, ProxyError> {
+    let status = match &result {
+        Ok(answer) => answer.response.status(),
+        Err(error) => error.status(),
+    };
+    let Some(capture) = context
+        .middleware
+        .as_ref()
+        .and_then(|state| state.error_page.as_deref())
+    else {
+        return result;
+    };
+    let Some(pages) = chain.error_pages().find(|pages| pages.catches(status)) else {
+        return result;
+    };
+    match pages
+        .ask(capture, status, (table, target.policy), settings, client)
+        .await
+    {
+        Some(page) => Ok(page),
+        None => result,
     }
 }
 
@@ -699,6 +762,12 @@ fn auth_cookies(response: &mut Response<ProxyBody>, grant: &crate::access::Grant
 }
 
 fn error_response(error: &ProxyError) -> Response<ProxyBody> {
+    if let ProxyError::Answered(answer) = error {
+        let mut response = Response::new(Either::Right(Full::new(answer.body.clone())));
+        *response.status_mut() = answer.status;
+        *response.headers_mut() = answer.headers.clone();
+        return response;
+    }
     let mut response = Response::new(Either::Right(Full::new(Bytes::from_static(
         error.body().as_bytes(),
     ))));

@@ -216,7 +216,7 @@ fn build_client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, rustls::E
 /// `proxy-ssl-verify: "off"`: any certificate is accepted, but the handshake's signatures are
 /// still checked, so the session is bound to the key the endpoint presented.
 #[derive(Debug)]
-struct AcceptAnyCertificate(Arc<CryptoProvider>);
+pub(crate) struct AcceptAnyCertificate(pub(crate) Arc<CryptoProvider>);
 
 impl ServerCertVerifier for AcceptAnyCertificate {
     fn verify_server_cert(

@@ -10,6 +10,7 @@ mod backend;
 mod canary;
 mod gateway;
 mod host;
+pub mod middleware;
 mod normalize;
 mod path;
 mod policy;

@@ -55,6 +55,15 @@ pub struct RoutePolicy {
     /// The filters of a Gateway API route rule and backendRef.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway: Option<Arc<GatewayFilters>>,
+    /// What sluice cannot honour that restricts access or routing on this route (a snippet,
+    /// a WAF switch, a Traefik middleware, another controller's action), in a few words: the
+    /// route answers every request 503 rather than serve open what was meant to be protected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// Traefik middlewares (`router.middlewares`), applied in order after the ingress-nginx
+    /// request filters and the access phase.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub middlewares: Vec<crate::middleware::Middleware>,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,

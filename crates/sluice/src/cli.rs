@@ -79,6 +79,10 @@ pub struct ClassArgs {
     /// Where the listeners of a Gateway that names no IPAddress in spec.addresses are bound.
     #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
     pub gateway_address: std::net::IpAddr,
+    /// Apply Traefik Middlewares of other namespaces than the Ingress (or Service) that names
+    /// them; without it such a reference makes the routes answer 503.
+    #[arg(long)]
+    pub allow_cross_namespace_middlewares: bool,
 }
 
 impl ClassArgs {
@@ -89,6 +93,7 @@ impl ClassArgs {
             default_certificate: None,
             gateway_controller: self.gateway_controller_name.clone(),
             gateway_address: self.gateway_address,
+            allow_cross_namespace_middlewares: self.allow_cross_namespace_middlewares,
         }
     }
 }

@@ -115,10 +115,12 @@ pub(crate) enum Setting {
     DefaultBackend,
     CustomHttpErrors,
     CustomHeaders,
+    /// sluice's own; read under `sluice.dev/` only.
+    IgnoreSnippets,
 }
 
 impl Setting {
-    const ALL: [Setting; 94] = [
+    const ALL: [Setting; 95] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -213,6 +215,7 @@ impl Setting {
         Self::DefaultBackend,
         Self::CustomHttpErrors,
         Self::CustomHeaders,
+        Self::IgnoreSnippets,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -324,6 +327,7 @@ impl Setting {
             Self::DefaultBackend => "default-backend",
             Self::CustomHttpErrors => "custom-http-errors",
             Self::CustomHeaders => "custom-headers",
+            Self::IgnoreSnippets => "ignore-snippets",
         }
     }
 
@@ -342,6 +346,7 @@ impl Setting {
                 | Self::ResponseHeaders
                 | Self::TrailingSlashRedirect
                 | Self::LimitStatusCode
+                | Self::IgnoreSnippets
         )
     }
 }

@@ -5,16 +5,19 @@ mod affinity;
 mod auth;
 mod balance;
 mod canary;
+mod controllers;
 mod cors;
 mod edits;
 mod keys;
 mod policy;
+mod refusals;
 mod retry;
 mod template;
 mod tls;
 mod traefik;
 mod values;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use sluice_routing::{StickyCookie, UpstreamProtocol};
@@ -23,11 +26,13 @@ use crate::diagnostic::{Diagnostics, ObjectRef};
 use values::{parse_bool, Found, Report};
 
 pub use auth::AuthSecret;
+pub use controllers::{controller_of, OTHER_CONTROLLERS, USE_ANNOTATION};
 #[cfg(test)]
 pub(crate) use keys::nginx_names;
 pub(crate) use keys::PREFIXES;
 pub(crate) use policy::ingress_policy;
 pub use policy::IngressPolicy;
+pub use refusals::IGNORE_SNIPPETS;
 pub use retry::UNLIMITED_TRIES;
 pub(crate) use tls::app_protocol;
 pub use tls::{ClientAuthRequest, ProxySslVerify, SiteAnnotations};
@@ -90,6 +95,8 @@ pub struct IngressAnnotations {
 /// What a Service's annotations ask of sluice.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServiceAnnotations {
+    /// Traefik's `service.middlewares`: applied to every route to the Service.
+    pub middlewares: Option<String>,
     /// Set by any of [`SERVICE_SERVICE_UPSTREAM`].
     pub service_upstream: ServiceUpstream,
     /// Traefik's sticky cookie ([`STICKY_COOKIE`]), for every route to the Service.
@@ -99,6 +106,37 @@ pub struct ServiceAnnotations {
 }
 
 pub(crate) type Annotations = BTreeMap<String, String>;
+
+/// The prefix of Traefik's Kubernetes Ingress annotations.
+pub const TRAEFIK_PREFIX: &str = "traefik.ingress.kubernetes.io/";
+/// Traefik's middlewares for an Ingress's routes (`NAMESPACE-NAME@kubernetescrd`, comma-separated).
+pub const ROUTER_MIDDLEWARES: &str = "traefik.ingress.kubernetes.io/router.middlewares";
+/// Traefik's middlewares for every route to a Service, on the Service.
+pub const SERVICE_MIDDLEWARES: &str = "traefik.ingress.kubernetes.io/service.middlewares";
+
+/// The annotations with every Traefik key's part after the prefix in lowercase: Traefik's
+/// decoder matches them case-insensitively (`router.entryPoints` is `router.entrypoints`).
+/// Borrowed when no key needs folding.
+pub fn fold_traefik_keys(annotations: &Annotations) -> Cow<'_, Annotations> {
+    let folds = |key: &str| {
+        key.strip_prefix(TRAEFIK_PREFIX)
+            .is_some_and(|rest| rest.bytes().any(|b| b.is_ascii_uppercase()))
+    };
+    if !annotations.keys().any(|key| folds(key)) {
+        return Cow::Borrowed(annotations);
+    }
+    let folded = annotations
+        .iter()
+        .map(|(key, value)| match key.strip_prefix(TRAEFIK_PREFIX) {
+            Some(rest) => (
+                format!("{TRAEFIK_PREFIX}{}", rest.to_ascii_lowercase()),
+                value.clone(),
+            ),
+            None => (key.clone(), value.clone()),
+        })
+        .collect();
+    Cow::Owned(folded)
+}
 
 /// Reads an Ingress's annotations, reporting unknown controller annotations and invalid values.
 pub(crate) fn ingress_annotations(
@@ -110,13 +148,17 @@ pub(crate) fn ingress_annotations(
     let Some(annotations) = annotations else {
         return IngressAnnotations::default();
     };
+    let annotations = &*fold_traefik_keys(annotations);
     let known = |key: &str| {
         INGRESS_SERVICE_UPSTREAM.contains(&key)
             || keys::classify(key).is_some()
             || key == tls::TRAEFIK_ROUTER_TLS
             || key == tls::TRAEFIK_ROUTER_ENTRYPOINTS
+            || key == ROUTER_MIDDLEWARES
+            || refusals::is_refusal_key(key)
     };
     report_unknown(annotations, known, object, diagnostics);
+    controllers::report_other_controllers(annotations, is_nginx_name, object, diagnostics);
     let mut report = Report {
         object,
         diagnostics,
@@ -140,6 +182,7 @@ pub(crate) fn service_annotations(
     let Some(annotations) = annotations else {
         return ServiceAnnotations::default();
     };
+    let annotations = &*fold_traefik_keys(annotations);
     let relevant: Annotations = annotations
         .iter()
         .filter(|(key, _)| {
@@ -152,6 +195,7 @@ pub(crate) fn service_annotations(
         SERVICE_SERVICE_UPSTREAM.contains(&key)
             || traefik::STICKY_KEYS.contains(&key)
             || key == tls::TRAEFIK_SERVERS_SCHEME
+            || key == SERVICE_MIDDLEWARES
     };
     report_unknown(&relevant, known, object, diagnostics);
     let mut report = Report {
@@ -159,6 +203,7 @@ pub(crate) fn service_annotations(
         diagnostics,
     };
     ServiceAnnotations {
+        middlewares: annotations.get(SERVICE_MIDDLEWARES).cloned(),
         service_upstream: service_upstream(annotations, &SERVICE_SERVICE_UPSTREAM, &mut report),
         sticky: traefik::service_sticky(annotations, namespace, name, &mut report),
         scheme: tls::servers_scheme(annotations, &mut report),
@@ -171,6 +216,14 @@ pub(crate) fn is_default_class(annotations: Option<&Annotations>) -> bool {
     annotations
         .and_then(|a| a.get(DEFAULT_CLASS))
         .is_some_and(|value| value == "true")
+}
+
+/// Whether ingress-nginx has an annotation of this name (without its prefix): one sluice
+/// reads, or one the migration table lists.
+fn is_nginx_name(name: &str) -> bool {
+    keys::classify(&format!("nginx.ingress.kubernetes.io/{name}")).is_some()
+        || name == "service-upstream"
+        || crate::migration::is_ingress_nginx_name(name)
 }
 
 fn report_unknown(
@@ -186,39 +239,18 @@ fn report_unknown(
         if !controller_owned || known(key) {
             continue;
         }
-        match refusal(key) {
-            Some(why) => diagnostics.error(object, annotation_field(key), why),
-            None => diagnostics.warning(
-                object,
-                annotation_field(key),
-                "annotation is not supported by sluice and is ignored",
-            ),
+        let other = key
+            .strip_prefix("ingress.kubernetes.io/")
+            .is_some_and(|name| !is_nginx_name(name));
+        if other {
+            continue;
         }
-    }
-}
-
-/// Why sluice will never honour an ingress-nginx annotation, for those it refuses on principle:
-/// raw nginx configuration and the WAF modules. Error-level, so `sluice check` fails on them.
-fn refusal(key: &str) -> Option<&'static str> {
-    let name = ["nginx.ingress.kubernetes.io/", "ingress.kubernetes.io/"]
-        .iter()
-        .find_map(|prefix| key.strip_prefix(prefix))?;
-    if name.ends_with("-snippet") && !name.contains("modsecurity") {
-        return Some(
-            "raw nginx configuration is not honoured and is ignored: sluice is not nginx, and snippet annotations let anyone who may edit an Ingress inject configuration into the controller (they enabled CVE-2021-25742, reading every Secret, and CVE-2025-1974, IngressNightmare); express what the snippet did with sluice's annotations, or in the application",
+        diagnostics.warning(
+            object,
+            annotation_field(key),
+            "annotation is not supported by sluice and is ignored",
         );
     }
-    if name.contains("modsecurity") || name == "enable-owasp-core-rules" {
-        return Some(
-            "ModSecurity is not honoured and is ignored: sluice has no WAF module (ModSecurity rules are nginx-specific configuration, and modsecurity-snippet is raw nginx configuration); put a WAF in front of sluice or in the pod",
-        );
-    }
-    if name.starts_with("lua-resty-waf") {
-        return Some(
-            "lua-resty-waf is not honoured and is ignored: it is an nginx Lua module, removed from ingress-nginx itself; put a WAF in front of sluice or in the pod",
-        );
-    }
-    None
 }
 
 /// The strongest of the service-upstream `keys` set. An invalid value is a warning and counts

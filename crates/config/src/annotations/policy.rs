@@ -4,7 +4,10 @@ use sluice_routing::{ErrorPages, RoutePolicy, UpstreamProtocol, UpstreamTimeouts
 
 use super::keys::{classify, PolicyKeys, Setting};
 use super::values::{parse_bool, parse_duration, parse_size, Report};
-use super::{access, affinity, auth, balance, canary, cors, edits, retry, tls, Annotations};
+use super::{
+    access, affinity, auth, balance, canary, controllers, cors, edits, refusals, retry, tls,
+    Annotations,
+};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 
 /// What an Ingress's policy annotations ask of its routes, before each Service has its say.
@@ -49,6 +52,12 @@ pub struct IngressPolicy {
     /// `custom-headers`: the ConfigMap (namespace, name) whose keys and values the compile
     /// adds to the routes' responses, with the annotation's field.
     pub custom_headers: Option<(String, String, String)>,
+    /// The backend Services an AWS load balancer action or condition claims
+    /// (`alb.ingress.kubernetes.io/actions.NAME`, `conditions.NAME`), each with its field: sluice
+    /// cannot run them, so the paths to them answer 503.
+    pub alb_claims: Vec<(String, String)>,
+    /// Traefik's `router.middlewares`: the list as written, which the compile resolves.
+    pub router_middlewares: Option<String>,
 }
 
 /// `proxy-connect-timeout`, `proxy-send-timeout` and `proxy-read-timeout`: seconds as
@@ -199,17 +208,29 @@ pub(crate) fn ingress_policy(
     object: &ObjectRef,
     diagnostics: &mut Diagnostics,
 ) -> IngressPolicy {
+    let annotations = &*super::fold_traefik_keys(annotations);
     let mut report = Report {
         object,
         diagnostics,
     };
     let keys = PolicyKeys::scan(annotations, &mut report);
+    let router_middlewares = annotations.get(super::ROUTER_MIDDLEWARES).cloned();
+    let mut refused = refusals::refused_annotations(annotations, &keys, &mut report);
+    refused.extend(controllers::refused_by_other_controllers(
+        annotations,
+        &mut report,
+    ));
+    refused.extend(tls::unspoken_protocol(&keys).map(|(found, _)| found.key));
+    let alb_claims = controllers::alb_claims(annotations);
+    let refused = (!refused.is_empty()).then(|| refused.join(", "));
     let traefik_router = annotations.contains_key(tls::TRAEFIK_ROUTER_TLS)
         || annotations.contains_key(tls::TRAEFIK_ROUTER_ENTRYPOINTS);
-    if keys.is_empty() && !traefik_router {
+    let quiet = keys.is_empty() && !traefik_router && router_middlewares.is_none();
+    if quiet && refused.is_none() && alb_claims.is_empty() {
         return IngressPolicy::default();
     }
     let route = RoutePolicy {
+        refused,
         balancer: balance::balancer(&keys, &mut report),
         sticky: affinity::sticky_cookie(&keys, &mut report),
         retry: retry::retry_policy(&keys, &mut report),
@@ -320,5 +341,7 @@ pub(crate) fn ingress_policy(
             .filter(|on| *on)
             .and(keys.get(Setting::FromToWwwRedirect))
             .map(|found| found.field()),
+        alb_claims,
+        router_middlewares,
     }
 }

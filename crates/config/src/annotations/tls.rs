@@ -181,6 +181,13 @@ pub(crate) fn backend_protocol(
     keys: &PolicyKeys<'_>,
     report: &mut Report<'_>,
 ) -> Option<UpstreamProtocol> {
+    if let Some((found, name)) = unspoken_protocol(keys) {
+        report.error(
+            found,
+            format!("sluice does not speak {name} to pods, and HTTP sent to a {name} port never works: every route of this Ingress answers 503; put an HTTP server (nginx, Apache) in front of the {name} server in the pod"),
+        );
+        return None;
+    }
     let protocol = report.parse(
         keys.get(Setting::BackendProtocol),
         "HTTP, HTTPS, GRPC, GRPCS or H2C",
@@ -195,6 +202,18 @@ pub(crate) fn backend_protocol(
         .map(|found| found.value.trim().to_owned())
         .filter(|name| !name.is_empty());
     Some(UpstreamProtocol::Tls(tls))
+}
+
+/// `backend-protocol: FCGI` or `AJP`, with the protocol's name: protocols sluice does not
+/// speak, so HTTP sent to such a port never works and the Ingress's routes answer 503.
+pub(crate) fn unspoken_protocol<'a>(keys: &PolicyKeys<'a>) -> Option<(Found<'a>, &'static str)> {
+    let found = keys.get(Setting::BackendProtocol)?;
+    let name = match found.value.trim().to_ascii_uppercase().as_str() {
+        "FCGI" => "FastCGI",
+        "AJP" => "AJP",
+        _ => return None,
+    };
+    Some((found, name))
 }
 
 fn parse_backend_protocol(value: &str) -> Option<UpstreamProtocol> {

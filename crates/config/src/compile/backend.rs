@@ -155,6 +155,8 @@ pub(super) enum BackendField {
     },
     /// The backendRef of a Gateway API `RequestMirror` filter.
     Mirror,
+    /// The Service of a Traefik `errors` Middleware.
+    MiddlewareService,
 }
 
 /// The field of the `default-backend` annotation written under the prefix of rank `prefix`.
@@ -177,6 +179,10 @@ impl BackendField {
                 format!("spec.rules[{rule}].backendRefs[{backend}]{suffix}")
             }
             Self::Mirror => format!("a RequestMirror backendRef{suffix}"),
+            Self::MiddlewareService => {
+                let suffix = suffix.strip_prefix(".service").unwrap_or(suffix);
+                format!("spec.errors.service{suffix}")
+            }
         }
     }
 }

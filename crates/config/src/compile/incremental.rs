@@ -75,6 +75,9 @@ pub(super) struct Fragment {
     pub(super) secrets: Vec<(ObjectKey, Option<Version<Secret>>)>,
     /// The ConfigMaps it read (`custom-headers`), or found missing.
     pub(super) config_maps: Vec<(ObjectKey, Option<Version<ConfigMap>>)>,
+    /// Every Traefik Middleware of the snapshot, when the Ingress (or a Service of it) names
+    /// middlewares: any change to the set may change what a reference resolves to.
+    pub(super) middlewares: Option<Vec<(ObjectKey, Version<crate::traefik::Middleware>)>>,
     /// Every endpoint set it read.
     pub(super) endpoint_sets: Vec<UsedEndpoints>,
     /// `namespace/name` of the Ingress.
@@ -216,11 +219,14 @@ impl IncrementalCompiler {
             &mut class_diagnostics,
         );
         let services = ServiceIndex::new(snapshot);
+        let options = self.options.clone();
         let inputs = Inputs {
             services: &services,
             endpoints,
             secrets: &snapshot.secrets,
             config_maps: &snapshot.config_maps,
+            middlewares: &snapshot.middlewares,
+            options: &options,
         };
         let order = oldest_first(snapshot);
         for &(key, ingress) in &order {
@@ -327,6 +333,8 @@ impl CachedIngress {
             endpoints,
             secrets,
             config_maps,
+            middlewares,
+            ..
         } = *inputs;
         if !self.version.matches(ingress) {
             return false;
@@ -346,9 +354,19 @@ impl CachedIngress {
             .config_maps
             .iter()
             .all(|(key, seen)| Version::unchanged(seen, config_maps.get(key)));
+        let middlewares_same = fragment.middlewares.as_ref().is_none_or(|seen| {
+            seen.len() == middlewares.len()
+                && seen
+                    .iter()
+                    .zip(middlewares)
+                    .all(|((seen_key, version), (key, now))| {
+                        seen_key == key && version.matches(now)
+                    })
+        });
         services_same
             && secrets_same
             && config_maps_same
+            && middlewares_same
             && fragment.endpoint_sets.iter().all(|used| {
                 let now = endpoints.ready_endpoints(
                     &used.namespace,
@@ -528,6 +546,11 @@ impl<'f> Merge<'f> {
                 continue;
             };
             for route in &fragment.routes {
+                // A canary whose protection sluice cannot honour takes no requests (its error
+                // is reported); the main route keeps them, as ingress-nginx serves none of it.
+                if route.policy.refused.is_some() {
+                    continue;
+                }
                 let Some(path) = self.effective_path(key, route) else {
                     continue;
                 };

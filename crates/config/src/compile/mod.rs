@@ -6,6 +6,7 @@ mod class;
 mod endpoint_cache;
 mod gateway;
 mod incremental;
+mod middlewares;
 mod policy;
 mod tls;
 
@@ -19,7 +20,9 @@ use sluice_routing::{
     BackendId, ErrorPages, HostMatch, PathMatch, RoutePolicy, RoutingTable, TableBuilder,
 };
 
-use crate::annotations::{ingress_policy, IngressAnnotations, IngressPolicy, ServiceUpstream};
+use crate::annotations::{
+    ingress_policy, IngressAnnotations, IngressPolicy, ServiceUpstream, USE_ANNOTATION,
+};
 use crate::diagnostic::{Diagnostic, Diagnostics, ObjectRef};
 use crate::gateway::status::GatewayReport;
 use crate::snapshot::{ObjectKey, Snapshot};
@@ -56,6 +59,9 @@ pub struct CompileOptions {
     /// Where the listeners of a Gateway without `spec.addresses` are bound
     /// (`--gateway-address`).
     pub gateway_address: std::net::IpAddr,
+    /// Traefik middlewares of other namespaces than the referring Ingress's may be applied
+    /// (`--allow-cross-namespace-middlewares`, Traefik's `allowCrossNamespace`).
+    pub allow_cross_namespace_middlewares: bool,
 }
 
 impl Default for CompileOptions {
@@ -66,6 +72,7 @@ impl Default for CompileOptions {
             default_certificate: None,
             gateway_controller: DEFAULT_GATEWAY_CONTROLLER.to_owned(),
             gateway_address: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            allow_cross_namespace_middlewares: false,
         }
     }
 }
@@ -116,6 +123,8 @@ fn compile_ingress(
         endpoints,
         secrets,
         config_maps,
+        middlewares,
+        options,
     } = *inputs;
     let mut compiler = Compiler {
         services,
@@ -125,6 +134,9 @@ fn compile_ingress(
         endpoint_sources: EndpointSources::default(),
         diagnostics,
         policies: Vec::new(),
+        middlewares,
+        secrets,
+        options,
     };
     let mut policy = match ingress.metadata.annotations.as_ref() {
         Some(map) => ingress_policy(
@@ -157,6 +169,12 @@ fn compile_ingress(
             &mut compiler.diagnostics,
         );
         compiler.fragment.config_maps.push(read);
+    }
+    if let Some(list) = policy.router_middlewares.clone() {
+        let object = ObjectRef::ingress(key);
+        let field = crate::annotations::annotation_field(crate::annotations::ROUTER_MIDDLEWARES);
+        let scope = (&object, field.as_str(), key.namespace.as_str());
+        compiler.apply_middlewares(&list, scope, &mut policy.route);
     }
     if let Some((name, prefix)) = policy.default_backend.clone() {
         let field = BackendField::DefaultBackendAnnotation { prefix };
@@ -199,6 +217,8 @@ struct Inputs<'a> {
     endpoints: &'a dyn EndpointResolver,
     secrets: &'a std::collections::BTreeMap<ObjectKey, k8s_openapi::api::core::v1::Secret>,
     config_maps: &'a std::collections::BTreeMap<ObjectKey, ConfigMap>,
+    middlewares: &'a std::collections::BTreeMap<ObjectKey, crate::traefik::Middleware>,
+    options: &'a CompileOptions,
 }
 
 /// `custom-headers`: each key and value of the ConfigMap becomes a response header of the
@@ -260,6 +280,11 @@ struct Compiler<'a, 'r> {
     diagnostics: Diagnostics,
     /// The policy of each backend the Ingress sends to, computed once per backend.
     policies: Vec<(BackendId, Arc<RoutePolicy>)>,
+    /// Traefik Middlewares, which `router.middlewares` and `service.middlewares` name.
+    middlewares: &'a std::collections::BTreeMap<ObjectKey, crate::traefik::Middleware>,
+    /// Secrets a Middleware reads (basicAuth users, forwardAuth CAs).
+    secrets: &'a std::collections::BTreeMap<ObjectKey, k8s_openapi::api::core::v1::Secret>,
+    options: &'a CompileOptions,
 }
 
 /// The Ingress being added: what every rule of it shares.
@@ -332,6 +357,14 @@ impl<'a> Compiler<'a, '_> {
                 let Some(path_match) = self.path_of(written, &path.path_type, field, key) else {
                     continue;
                 };
+                if written.ends_with("/*") && policy.regex_paths.is_none() {
+                    let message = format!("{written:?} is GKE's wildcard style, but Kubernetes paths have no wildcard: it matches only paths under a segment literally named \"*\"; write {:?} with pathType Prefix", written.trim_end_matches('*'));
+                    self.diagnostics.warning(
+                        &ObjectRef::ingress(key),
+                        path_field(field, ".path"),
+                        message,
+                    );
+                }
                 let path_match = if written.ends_with('/') && !policy.no_slash_redirect {
                     path_match.with_slash_redirect()
                 } else {
@@ -475,6 +508,9 @@ impl<'a> Compiler<'a, '_> {
             );
             return None;
         };
+        if let Some(refusal) = self.alb_refusal(service, current, field) {
+            return Some(refusal);
+        }
         let reference = ServiceReference {
             namespace: &current.key.namespace,
             service,
@@ -508,9 +544,74 @@ impl<'a> Compiler<'a, '_> {
             namespace: &current.key.namespace,
             name: &service.name,
         };
-        let policy = route_policy(&ingress, &resolved, service_name, &mut self.diagnostics);
+        let mut policy = route_policy(&ingress, &resolved, service_name, &mut self.diagnostics);
+        if let Some(list) = resolved.wishes.middlewares.clone() {
+            let object = ObjectRef::new("Service", Some(&current.key.namespace), &service.name);
+            let field =
+                crate::annotations::annotation_field(crate::annotations::SERVICE_MIDDLEWARES);
+            let mut changed = RoutePolicy::clone(&policy);
+            let scope = (&object, field.as_str(), current.key.namespace.as_str());
+            self.apply_middlewares(&list, scope, &mut changed);
+            policy = Arc::new(changed);
+        }
         self.policies.push((resolved.id.clone(), policy.clone()));
         Some((resolved.id, policy))
+    }
+}
+
+impl Compiler<'_, '_> {
+    /// A backend an AWS load balancer action or condition decides for (a port named
+    /// `use-annotation`, or a Service an `actions.NAME` / `conditions.NAME` annotation names):
+    /// sluice cannot run the action, so the path gets a backend of no endpoints and a policy
+    /// that answers 503, never another path's Service.
+    fn alb_refusal(
+        &mut self,
+        service: &IngressServiceBackend,
+        current: &Current<'_>,
+        field: BackendField,
+    ) -> Option<(BackendId, Arc<RoutePolicy>)> {
+        let port_name = service.port.as_ref().and_then(|p| p.name.as_deref());
+        let claim = current
+            .policy
+            .alb_claims
+            .iter()
+            .find(|(claimed, _)| *claimed == service.name);
+        let object = ObjectRef::ingress(current.key);
+        let namespace = &current.key.namespace;
+        let name = &service.name;
+        let (why, port) = match (port_name, claim) {
+            (Some(USE_ANNOTATION), _) => {
+                let message = format!("port {USE_ANNOTATION} points at the AWS load balancer action alb.ingress.kubernetes.io/actions.{name}, which sluice does not run: this path answers 503 (never another path's Service); route it with sluice's annotations instead");
+                self.diagnostics
+                    .error(&object, field.at(".service.port.name"), message);
+                ("an AWS load balancer action", USE_ANNOTATION.to_owned())
+            }
+            (_, Some((_, claim_field))) => {
+                let message = format!("decides for backend Service {name}, which sluice cannot do (it is the AWS load balancer's routing): the paths to Service {name} answer 503, never another path's Service; route them with sluice's annotations instead");
+                self.diagnostics
+                    .error(&object, claim_field.clone(), message);
+                let port = service.port.as_ref().map_or_else(String::new, |p| {
+                    p.number
+                        .map_or_else(|| p.name.clone().unwrap_or_default(), |n| n.to_string())
+                });
+                ("an AWS load balancer condition or action", port)
+            }
+            _ => return None,
+        };
+        let id = BackendId::new(namespace, name, &port);
+        if !self.backends.has_backend(&id) {
+            let backend = sluice_routing::Backend::new(
+                id.clone(),
+                sluice_routing::BackendMode::Endpoints,
+                sluice_routing::EndpointSet::default(),
+            );
+            self.backends.add_backend(backend);
+        }
+        let policy = RoutePolicy {
+            refused: Some(format!("{why} (alb.ingress.kubernetes.io)")),
+            ..RoutePolicy::clone(&current.base)
+        };
+        Some((id, Arc::new(policy)))
     }
 }
 
@@ -523,6 +624,7 @@ fn path_field(field: BackendField, suffix: &str) -> String {
         BackendField::Default => format!("spec.defaultBackend{suffix}"),
         BackendField::DefaultBackendAnnotation { .. }
         | BackendField::RouteBackend { .. }
-        | BackendField::Mirror => field.at(""),
+        | BackendField::Mirror
+        | BackendField::MiddlewareService => field.at(""),
     }
 }

@@ -25,11 +25,14 @@ pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
 pub(super) struct TlsEntry {
     /// `spec.tls[i]`.
     field: String,
+    /// The hosts it names; empty for an entry that names none, whose certificate then serves
+    /// every rule host of the Ingress it covers (as ingress-nginx does).
     hosts: Vec<HostMatch>,
     secret: Option<String>,
 }
 
-/// The `spec.tls` entries of an Ingress; a host that is not a DNS name is a diagnostic.
+/// The `spec.tls` entries of an Ingress. An entry with neither hosts nor a Secret is a
+/// warning and ignored.
 pub(super) fn tls_entries(
     key: &ObjectKey,
     ingress: &Ingress,
@@ -47,15 +50,15 @@ pub(super) fn tls_entries(
             .map(|host| HostMatch::from_rule_host(Some(host)))
             .filter(|host| *host != HostMatch::Any)
             .collect();
-        if hosts.is_empty() {
+        let secret = entry.secret_name.clone().filter(|name| !name.is_empty());
+        if hosts.is_empty() && secret.is_none() {
             diagnostics.warning(
                 &ObjectRef::ingress(key),
                 format!("{field}.hosts"),
-                "no hosts: the entry is ignored (name the hosts its certificate serves)",
+                "neither hosts nor a secretName: the entry is ignored",
             );
             continue;
         }
-        let secret = entry.secret_name.clone().filter(|name| !name.is_empty());
         compiled.push(TlsEntry {
             field,
             hosts,
@@ -71,7 +74,8 @@ pub(super) struct LoadedCertificate {
     /// Validity, in seconds since the Unix epoch.
     not_before: i64,
     not_after: i64,
-    /// The leaf's DNS subject alternative names, lowercase.
+    /// The leaf's DNS subject alternative names, lowercase; without any, its subject's
+    /// common name.
     names: Vec<String>,
 }
 
@@ -87,13 +91,17 @@ impl LoadedCertificate {
         (!self.covers(host)).then(|| {
             format!(
                 "the certificate does not cover {host} (its names: {})",
-                if self.names.is_empty() {
-                    "none".to_owned()
-                } else {
-                    self.names.join(", ")
-                }
+                self.names_text()
             )
         })
+    }
+
+    fn names_text(&self) -> String {
+        if self.names.is_empty() {
+            "none".to_owned()
+        } else {
+            self.names.join(", ")
+        }
     }
 
     /// Whether a subject alternative name covers the host: the same name, or a `*.` name one
@@ -245,6 +253,16 @@ fn leaf_facts(leaf: &CertificateDer<'_>) -> Result<(i64, i64, Vec<String>), Stri
         Ok(None) => Vec::new(),
         Err(error) => return Err(format!("tls.crt's subjectAltName does not parse: {error}")),
     };
+    let names = if names.is_empty() {
+        parsed
+            .subject()
+            .iter_common_name()
+            .filter_map(|name| name.as_str().ok())
+            .map(str::to_ascii_lowercase)
+            .collect()
+    } else {
+        names
+    };
     Ok((
         validity.not_before.timestamp(),
         validity.not_after.timestamp(),
@@ -346,7 +364,11 @@ impl TlsMerge<'_> {
                 let secret = ObjectKey::new(&ingress.key.namespace, name);
                 self.cache.certificate(self.snapshot, &secret)
             });
-            for host in &entry.hosts {
+            let hosts = match entry.hosts.is_empty() {
+                true => self.covered_rule_hosts(ingress, entry, &loaded, diagnostics),
+                false => entry.hosts.clone(),
+            };
+            for host in &hosts {
                 let certificate = self.certificate_for(ingress, entry, host, &loaded, diagnostics);
                 let site = TlsSite::new(ingress.source.clone(), certificate, client_auth.clone());
                 self.claim(ingress.key, host, Arc::new(site), builder, diagnostics);
@@ -355,6 +377,49 @@ impl TlsMerge<'_> {
         if ingress.site.passthrough {
             self.add_passthrough(ingress, builder, diagnostics);
         }
+    }
+
+    /// For an entry that names no hosts: the Ingress's rule hosts its certificate covers
+    /// (subject alternative names, else the common name; a wildcard one label deep), which it
+    /// then serves like named hosts, HTTPS redirect included. A host it does not cover is a
+    /// warning and keeps the default certificate; a certificate that cannot serve is an error.
+    fn covered_rule_hosts(
+        &self,
+        ingress: &IngressTls<'_>,
+        entry: &TlsEntry,
+        loaded: &Option<Result<Arc<LoadedCertificate>, String>>,
+        diagnostics: &mut Diagnostics,
+    ) -> Vec<HostMatch> {
+        let object = ObjectRef::ingress(ingress.key);
+        let field = format!("{}.secretName", entry.field);
+        let secret = entry.secret.as_deref().unwrap_or_default();
+        let namespace = &ingress.key.namespace;
+        let loaded = match loaded {
+            Some(Ok(loaded)) => loaded,
+            Some(Err(problem)) => {
+                let message = format!("Secret {namespace}/{secret}: {problem}; the entry names no hosts, so no host gets a certificate from it");
+                diagnostics.error(&object, field, message);
+                return Vec::new();
+            }
+            None => return Vec::new(),
+        };
+        let mut hosts: Vec<HostMatch> = Vec::new();
+        for route in ingress.routes {
+            if route.host == HostMatch::Any || hosts.contains(&route.host) {
+                continue;
+            }
+            if loaded.covers(&route.host) {
+                hosts.push(route.host.clone());
+                continue;
+            }
+            let message = format!(
+                "the entry names no hosts, and the certificate of Secret {namespace}/{secret} does not cover rule host {} (its names: {}): that host is served with the default certificate and no HTTPS redirect; name it in spec.tls[].hosts with a certificate that covers it",
+                route.host,
+                loaded.names_text()
+            );
+            diagnostics.warning(&object, field.clone(), message);
+        }
+        hosts
     }
 
     /// The host's certificate, or `None` (the default certificate) with a diagnostic saying
