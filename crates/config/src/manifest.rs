@@ -114,7 +114,12 @@ fn parse_object(value: Value) -> Result<Document, String> {
             return gateway_object(value, &api_version, &kind);
         }
         "Middleware" if is_traefik(&api_version) => {
-            return named(KubeObject::Middleware(typed(value)?));
+            let group = api_version.split_once('/').map(|(g, _)| g.to_owned());
+            let middleware = crate::traefik::Middleware {
+                group: group.unwrap_or_default(),
+                ..typed(value)?
+            };
+            return named(KubeObject::Middleware(middleware));
         }
         _ => {
             let name = value
@@ -191,17 +196,24 @@ fn is_traefik(api_version: &str) -> bool {
 /// with its metadata and the reason, so that routes using it fail closed.
 pub fn middleware_object(value: Value) -> Result<KubeObject, String> {
     let metadata = value.get("metadata").cloned().unwrap_or_default();
-    match typed::<crate::traefik::Middleware>(value) {
-        Ok(middleware) => Ok(KubeObject::Middleware(middleware)),
-        Err(reason) => {
-            let metadata = typed(metadata)?;
-            Ok(KubeObject::Middleware(crate::traefik::Middleware {
-                metadata,
-                unreadable: Some(reason),
-                ..Default::default()
-            }))
-        }
-    }
+    let group = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .and_then(|version| version.split_once('/'))
+        .map(|(group, _)| group.to_owned())
+        .unwrap_or_default();
+    let middleware = match typed::<crate::traefik::Middleware>(value) {
+        Ok(middleware) => middleware,
+        Err(reason) => crate::traefik::Middleware {
+            metadata: typed(metadata)?,
+            unreadable: Some(reason),
+            ..Default::default()
+        },
+    };
+    Ok(KubeObject::Middleware(crate::traefik::Middleware {
+        group,
+        ..middleware
+    }))
 }
 
 /// The object, once it has a name.

@@ -26,6 +26,9 @@ pub struct Middleware {
     /// not understand: every route that uses it fails closed.
     #[serde(skip)]
     pub unreadable: Option<String>,
+    /// The API group it was read from (`traefik.io` or `traefik.containo.us`).
+    #[serde(skip)]
+    pub group: String,
 }
 
 impl k8s_openapi::Resource for Middleware {

@@ -14,9 +14,12 @@ pub(crate) fn verify(password: &[u8], hash: &str) -> bool {
         let encoded = base64::engine::general_purpose::STANDARD.encode(digest.as_ref());
         return equal(encoded.as_bytes(), expected.as_bytes());
     }
-    if let Some(rest) = hash.strip_prefix("$apr1$") {
-        let salt = rest.split('$').next().unwrap_or_default();
-        return equal(apr1(password, salt.as_bytes()).as_bytes(), hash.as_bytes());
+    for magic in ["$apr1$", "$1$"] {
+        if let Some(rest) = hash.strip_prefix(magic) {
+            let salt = rest.split('$').next().unwrap_or_default();
+            let computed = md5_crypt(password, salt.as_bytes(), magic);
+            return equal(computed.as_bytes(), hash.as_bytes());
+        }
     }
     false
 }
@@ -45,8 +48,14 @@ const APR1_ALPHABET: &[u8; 64] =
     b"./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 /// Apache's APR1-MD5 crypt (`$apr1$salt$hash`), the MD5-crypt algorithm with its own magic.
+#[cfg(test)]
 fn apr1(password: &[u8], salt: &[u8]) -> String {
-    const MAGIC: &[u8] = b"$apr1$";
+    md5_crypt(password, salt, "$apr1$")
+}
+
+/// MD5-crypt with `magic`: `$1$` (glibc's) or `$apr1$` (Apache's), which differ only in it.
+fn md5_crypt(password: &[u8], salt: &[u8], magic: &str) -> String {
+    let magic_bytes = magic.as_bytes();
     let salt = &salt[..salt.len().min(8)];
     let alternate = Md5::new()
         .chain_update(password)
@@ -55,7 +64,7 @@ fn apr1(password: &[u8], salt: &[u8]) -> String {
         .finalize();
     let mut context = Md5::new()
         .chain_update(password)
-        .chain_update(MAGIC)
+        .chain_update(magic_bytes)
         .chain_update(salt);
     let mut left = password.len();
     while left > 0 {
@@ -95,7 +104,7 @@ fn apr1(password: &[u8], salt: &[u8]) -> String {
     }
     let d = digest;
     let mut out = String::with_capacity(37);
-    out.push_str("$apr1$");
+    out.push_str(magic);
     out.push_str(&String::from_utf8_lossy(salt));
     out.push('$');
     let groups = [
@@ -134,6 +143,13 @@ mod tests {
         assert_eq!(hash, "$apr1$Zx7k2p9Q$XUAtLBcy5/9fi7YE4vXDH0");
         assert!(verify(b"secret", &hash));
         assert!(!verify(b"Secret", &hash));
+    }
+
+    #[test]
+    fn md5_crypt_matches_openssl_passwd_1() {
+        // What `openssl passwd -1 -salt Zx7k2p9Q secret` prints (Traefik accepts `$1$` too).
+        assert!(verify(b"secret", "$1$Zx7k2p9Q$Rmm2rZmwqvyT02Zrxt7Sc1"));
+        assert!(!verify(b"secreT", "$1$Zx7k2p9Q$Rmm2rZmwqvyT02Zrxt7Sc1"));
     }
 
     #[test]

@@ -11,9 +11,9 @@ use kube_lease_manager::LeaseManagerBuilder;
 use sluice_config::{EndpointSources, ObjectKey};
 use sluice_proxy::ShutdownSignal;
 use sluice_sources::kubernetes::{
-    desired_load_balancer, gateway_api_resources, run_gateway_status_writer, run_status_writer,
-    start_watches, ClusterState, Effect, GatewayApiResource, GatewayStatusAddress,
-    GatewayStatusSource, PublishTarget, StatusWork, WatchEvent,
+    desired_load_balancer, gateway_api_resources, middleware_resources, run_gateway_status_writer,
+    run_status_writer, start_watches, ClusterState, Effect, GatewayStatusAddress,
+    GatewayStatusSource, PublishTarget, ServedResource, StatusWork, WatchEvent,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -59,7 +59,7 @@ pub struct KubeSource {
     events: mpsc::UnboundedReceiver<WatchEvent>,
     state: ClusterState,
     /// The Gateway API kinds the API server serves (watched, and written status to).
-    gateway_api: Vec<GatewayApiResource>,
+    gateway_api: Vec<ServedResource>,
     /// The addresses Gateways publish in their status, from the publish target.
     gateway_addresses: watch::Sender<Vec<GatewayStatusAddress>>,
 }
@@ -72,7 +72,9 @@ impl KubeSource {
     /// plane reports their states from now on.
     pub async fn start(client: Client, config: KubeConfig, control: &ControlPlane) -> Self {
         let gateway_api = gateway_api_resources(&client, DISCOVERY_PATIENCE).await;
-        let (events, registry, _tasks) = start_watches(&client, &config.namespaces, &gateway_api);
+        let middlewares = middleware_resources(&client, DISCOVERY_PATIENCE).await;
+        let (events, registry, _tasks) =
+            start_watches(&client, &config.namespaces, (&gateway_api, &middlewares));
         let state = ClusterState::new(registry.scopes());
         control.set_watches(registry);
         Self {

@@ -272,6 +272,27 @@ pub const RESOURCES: &[ResourceType] = &[
         status_subresource: false,
         short_names: &["refgrant"],
     },
+    // Traefik's Middleware CRD, in its group and in the older one still found in clusters.
+    ResourceType {
+        group: "traefik.io",
+        version: "v1alpha1",
+        plural: "middlewares",
+        singular: "middleware",
+        kind: "Middleware",
+        namespaced: true,
+        status_subresource: false,
+        short_names: &[],
+    },
+    ResourceType {
+        group: "traefik.containo.us",
+        version: "v1alpha1",
+        plural: "middlewares",
+        singular: "middleware",
+        kind: "Middleware",
+        namespaced: true,
+        status_subresource: false,
+        short_names: &[],
+    },
 ];
 
 /// The index of the `namespaces` type in [`RESOURCES`].

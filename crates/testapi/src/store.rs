@@ -637,6 +637,7 @@ impl Store {
         ownership: Ownership<'_>,
     ) -> Result<Arc<Value>, TestApiError> {
         let r = &RESOURCES[res];
+        fold_string_data(r, &mut new);
         let key = Self::key(res, namespace, name);
         let Some(entry) = self.tables[res].objects.get(&key) else {
             return Err(TestApiError::not_found(r.group, r.plural, name));
@@ -925,7 +926,33 @@ fn check_type(r: &ResourceType, body: &mut Value) -> Result<(), TestApiError> {
     if !map.get("metadata").is_none_or(Value::is_object) {
         return Err(TestApiError::bad_request("metadata must be an object"));
     }
+    fold_string_data(r, body);
     Ok(())
+}
+
+/// A Secret's `stringData` merged into `data` (base64, winning over a `data` key of the same
+/// name) and dropped, as the API server stores it: `stringData` is write-only.
+fn fold_string_data(r: &ResourceType, body: &mut Value) {
+    use base64::Engine;
+    if r.kind != "Secret" || !r.group.is_empty() {
+        return;
+    }
+    let Some(map) = body.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map
+        .entry("data")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Value::Object(data) = data {
+        for (key, value) in strings {
+            let text = value.as_str().unwrap_or_default();
+            let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+            data.insert(key, Value::String(encoded));
+        }
+    }
 }
 
 /// A DNS-1123 subdomain check, as for nearly all names.

@@ -9,7 +9,9 @@ mod load;
 mod raw;
 mod tls;
 
-pub use auth::{start_auth_service, SESSION_COOKIE};
+pub use auth::{
+    start_auth_service, start_forward_auth_server, FORWARD_AUTH_COOKIE, SESSION_COOKIE,
+};
 pub use body::{pattern, PatternBody, PausingBody, PATTERN_CHUNK};
 pub use client::{get, h2_send, h2c_client, http_client, send, Reply};
 pub use echo::{EchoBackend, EchoError};

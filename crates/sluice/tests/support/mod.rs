@@ -352,9 +352,15 @@ pub fn pod_ip(n: u8) -> std::net::IpAddr {
 
 /// Runs `sluice check --manifests dir`; returns its exit code and standard output.
 pub fn run_check(dir: &Path) -> (Option<i32>, String) {
+    run_check_with(dir, &[])
+}
+
+/// Runs `sluice check --manifests dir` with `args`; returns its exit code and standard output.
+pub fn run_check_with(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["check", "--manifests"])
         .arg(dir)
+        .args(args)
         .output()
         .unwrap();
     (

@@ -241,6 +241,13 @@ impl ClusterState {
             "Service" => snapshot.services.remove(key).is_some(),
             "Secret" => snapshot.secrets.remove(key).is_some(),
             "ConfigMap" => snapshot.config_maps.remove(key).is_some(),
+            "Namespace" => snapshot.namespaces.remove(&key.name).is_some(),
+            "GatewayClass" => snapshot.gateway_classes.remove(&key.name).is_some(),
+            "Gateway" => snapshot.gateways.remove(key).is_some(),
+            "HTTPRoute" => snapshot.http_routes.remove(key).is_some(),
+            "GRPCRoute" => snapshot.grpc_routes.remove(key).is_some(),
+            "ReferenceGrant" => snapshot.reference_grants.remove(key).is_some(),
+            kind if kind.starts_with("Middleware") => snapshot.middlewares.remove(key).is_some(),
             _ => false,
         };
         if removed {
@@ -281,6 +288,37 @@ impl ClusterState {
             "EndpointSlice" => Box::new(snapshot.endpoint_slices.keys().cloned()),
             "Secret" => Box::new(snapshot.secrets.keys().cloned()),
             "ConfigMap" => Box::new(snapshot.config_maps.keys().cloned()),
+            "Namespace" => Box::new(
+                snapshot
+                    .namespaces
+                    .values()
+                    .map(|namespace| ObjectKey::of(&namespace.metadata)),
+            ),
+            "GatewayClass" => Box::new(
+                snapshot
+                    .gateway_classes
+                    .values()
+                    .map(|class| ObjectKey::of(&class.metadata)),
+            ),
+            "Gateway" => Box::new(snapshot.gateways.keys().cloned()),
+            "HTTPRoute" => Box::new(snapshot.http_routes.keys().cloned()),
+            "GRPCRoute" => Box::new(snapshot.grpc_routes.keys().cloned()),
+            "ReferenceGrant" => Box::new(snapshot.reference_grants.keys().cloned()),
+            kind if kind.starts_with("Middleware") => {
+                // One watch per group: each removes only what its own group listed.
+                let group = if kind == "Middleware" {
+                    "traefik.io"
+                } else {
+                    "traefik.containo.us"
+                };
+                Box::new(
+                    snapshot
+                        .middlewares
+                        .iter()
+                        .filter(move |(_, m)| m.group == group)
+                        .map(|(key, _)| key.clone()),
+                )
+            }
             _ => Box::new(std::iter::empty()),
         }
     }
@@ -550,5 +588,41 @@ mod tests {
         assert!(!state.synced());
         list(&mut state, 1, vec![]);
         assert!(state.synced());
+    }
+
+    #[test]
+    fn deleted_routes_and_middlewares_leave_the_snapshot_and_a_relist_drops_only_its_own_group() {
+        let mut state = ClusterState::new(vec![
+            WatchScope {
+                kind: "HTTPRoute",
+                namespace: None,
+            },
+            WatchScope {
+                kind: "Middleware",
+                namespace: None,
+            },
+            WatchScope {
+                kind: "Middleware (traefik.containo.us)",
+                namespace: None,
+            },
+        ]);
+        let route = object("apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: web, namespace: shop}\nspec: {}\n");
+        let current = object("apiVersion: traefik.io/v1alpha1\nkind: Middleware\nmetadata: {name: a, namespace: shop}\nspec: {addPrefix: {prefix: /a}}\n");
+        let older = object("apiVersion: traefik.containo.us/v1alpha1\nkind: Middleware\nmetadata: {name: b, namespace: shop}\nspec: {addPrefix: {prefix: /b}}\n");
+        list(&mut state, 0, vec![route.clone()]);
+        list(&mut state, 1, vec![current.clone()]);
+        list(&mut state, 2, vec![older]);
+        assert_eq!(state.snapshot().middlewares.len(), 2);
+        // A re-list of the traefik.io group that returns nothing drops only its own object.
+        list(&mut state, 1, vec![]);
+        let left: Vec<&str> = state
+            .snapshot()
+            .middlewares
+            .keys()
+            .map(|k| k.name.as_str())
+            .collect();
+        assert_eq!(left, ["b"]);
+        assert!(state.apply(event(0, Event::Delete(route))).recompile);
+        assert!(state.snapshot().http_routes.is_empty());
     }
 }

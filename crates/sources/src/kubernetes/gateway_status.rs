@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use sluice_config::gateway::status::{Condition, GatewayReport};
 use tokio::sync::watch;
 
-use super::watch::GatewayApiResource;
+use super::watch::ServedResource;
 
 /// One entry of `Gateway.status.addresses`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,7 +44,7 @@ type StatusKey = (&'static str, String, String);
 /// sweep for stale route parents as the watches are scoped (all when empty).
 pub async fn run_gateway_status_writer(
     client: Client,
-    resources: Vec<GatewayApiResource>,
+    resources: Vec<ServedResource>,
     namespaces: Vec<String>,
     mut source: GatewayStatusSource,
     controller: String,
@@ -210,7 +210,7 @@ fn conditions(conditions: &[Condition]) -> Value {
 /// Writes one object's status.
 struct Writer {
     client: Client,
-    resources: Vec<GatewayApiResource>,
+    resources: Vec<ServedResource>,
     namespaces: Vec<String>,
     controller: String,
 }
@@ -253,7 +253,7 @@ impl Writer {
     }
 
     /// One API per watched namespace, or one for all of them.
-    fn scoped_apis(&self, resource: &GatewayApiResource) -> Vec<Api<DynamicObject>> {
+    fn scoped_apis(&self, resource: &ServedResource) -> Vec<Api<DynamicObject>> {
         if self.namespaces.is_empty() {
             return vec![Api::all_with(self.client.clone(), &resource.api)];
         }

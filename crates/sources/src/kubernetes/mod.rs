@@ -13,6 +13,6 @@ pub use ingress_status::{
     StatusWork,
 };
 pub use watch::{
-    gateway_api_resources, start_watches, GatewayApiResource, WatchEvent, WatchId, WatchRegistry,
-    WatchReport,
+    gateway_api_resources, middleware_resources, start_watches, ServedResource, WatchEvent,
+    WatchId, WatchRegistry, WatchReport,
 };

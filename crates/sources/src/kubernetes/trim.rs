@@ -4,9 +4,12 @@ use sluice_config::KubeObject;
 
 /// The annotation `kubectl apply` stores a whole copy of the object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-/// The Secret keys sluice reads in any Secret: TLS certificates and CAs, and basic auth's
-/// htpasswd file.
-const SECRET_KEYS: [&str; 4] = ["tls.crt", "tls.key", "ca.crt", "auth"];
+/// The Secret keys sluice reads in any Secret: TLS certificates and CAs, basic auth's htpasswd
+/// file, and what Traefik's middlewares read (a basicAuth `users` list, a forwardAuth CA's
+/// `tls.ca`).
+const SECRET_KEYS: [&str; 6] = ["tls.crt", "tls.key", "ca.crt", "auth", "users", "tls.ca"];
+/// The keys of a `kubernetes.io/basic-auth` Secret, which a Traefik basicAuth reads.
+const BASIC_AUTH_KEYS: [&str; 2] = ["username", "password"];
 /// A ConfigMap larger than this is not one sluice reads (`custom-headers` lists a few headers):
 /// its data is dropped.
 const LARGE_CONFIG_MAP: usize = 64 * 1024;
@@ -35,10 +38,14 @@ pub(super) fn trim(object: &mut KubeObject) {
         KubeObject::Secret(secret) => {
             secret.string_data = None;
             let opaque = secret.type_.as_deref().is_none_or(|kind| kind == "Opaque");
+            let basic_auth = secret.type_.as_deref() == Some("kubernetes.io/basic-auth");
             if let Some(data) = secret.data.as_mut() {
                 let size: usize = data.values().map(|value| value.0.len()).sum();
                 if !opaque || size > SMALL_OPAQUE_SECRET {
-                    data.retain(|key, _| SECRET_KEYS.contains(&key.as_str()));
+                    data.retain(|key, _| {
+                        SECRET_KEYS.contains(&key.as_str())
+                            || (basic_auth && BASIC_AUTH_KEYS.contains(&key.as_str()))
+                    });
                 }
             }
         }

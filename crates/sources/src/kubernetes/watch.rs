@@ -15,7 +15,8 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sluice_config::gateway::GATEWAY_GROUP;
-use sluice_config::{gateway_api_object, KubeObject};
+use sluice_config::traefik::{MIDDLEWARE_VERSION, TRAEFIK_GROUPS};
+use sluice_config::{gateway_api_object, middleware_object, KubeObject};
 
 use super::cluster::WatchScope;
 use tokio::sync::mpsc;
@@ -124,11 +125,12 @@ fn now() -> String {
 }
 
 /// Starts one watch per kind and namespace (cluster-wide when `namespaces` is empty;
-/// IngressClass is always cluster-wide). Events arrive on the returned channel.
+/// IngressClass is always cluster-wide), with the Gateway API kinds and Traefik Middleware
+/// groups the API server serves. Events arrive on the returned channel.
 pub fn start_watches(
     client: &Client,
     namespaces: &[String],
-    gateway_api: &[GatewayApiResource],
+    (gateway_api, middlewares): (&[ServedResource], &[ServedResource]),
 ) -> (
     mpsc::UnboundedReceiver<WatchEvent>,
     Arc<WatchRegistry>,
@@ -183,8 +185,85 @@ pub fn start_watches(
             let into = gateway_conversion(resource);
             tasks.push(spawn_watch(api, context, resource.kind, into));
         }
+        for resource in middlewares {
+            let api = match namespace {
+                Some(namespace) => {
+                    Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource.api)
+                }
+                None => Api::<DynamicObject>::all_with(client.clone(), &resource.api),
+            };
+            let into = middleware_conversion(resource);
+            tasks.push(spawn_watch(api, context, resource.kind, into));
+        }
     }
     (events, registry, tasks)
+}
+
+/// The Traefik Middleware groups the API server serves (`traefik.io`, and the older
+/// `traefik.containo.us`), each at `v1alpha1`. Empty when neither CRD is installed, or when
+/// discovery keeps failing for `patience`: routes that name middlewares then fail closed.
+pub async fn middleware_resources(
+    client: &Client,
+    patience: std::time::Duration,
+) -> Vec<ServedResource> {
+    let started = Instant::now();
+    let mut found = Vec::new();
+    for group in TRAEFIK_GROUPS {
+        let group_version = format!("{group}/{MIDDLEWARE_VERSION}");
+        let mut delay = std::time::Duration::from_millis(200);
+        loop {
+            match client.list_api_group_resources(&group_version).await {
+                Ok(list) => {
+                    let served = list
+                        .resources
+                        .iter()
+                        .find(|r| r.kind == "Middleware" && !r.name.contains('/'));
+                    if let Some(resource) = served {
+                        let gvk = GroupVersionKind::gvk(group, MIDDLEWARE_VERSION, "Middleware");
+                        found.push(ServedResource {
+                            kind: if group == "traefik.io" {
+                                "Middleware"
+                            } else {
+                                "Middleware (traefik.containo.us)"
+                            },
+                            api: ApiResource::from_gvk_with_plural(&gvk, &resource.name),
+                            namespaced: resource.namespaced,
+                        });
+                    }
+                    break;
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => break,
+                Err(error) if started.elapsed() < patience => {
+                    tracing::warn!(%error, group, "cannot discover Traefik Middlewares; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(5));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, group, "cannot discover Traefik Middlewares; they are not watched in this run, and routes that name them answer 503");
+                    break;
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Reads a watched Middleware; one whose spec does not parse is kept, marked unreadable, so
+/// that the routes using it fail closed.
+fn middleware_conversion(
+    resource: &ServedResource,
+) -> impl Fn(DynamicObject) -> Option<KubeObject> + Send + 'static {
+    let api_version = resource.api.api_version.clone();
+    move |object: DynamicObject| {
+        let mut value = serde_json::to_value(&object).unwrap_or_default();
+        if let Some(fields) = value.as_object_mut() {
+            fields.insert("apiVersion".into(), api_version.clone().into());
+            fields.insert("kind".into(), "Middleware".into());
+        }
+        middleware_object(value)
+            .inspect_err(|error| tracing::warn!(namespace = ?object.metadata.namespace, name = ?object.metadata.name, %error, "cannot read a Middleware"))
+            .ok()
+    }
 }
 
 /// The Gateway API kinds sluice watches, with the version each is read at.
@@ -198,7 +277,7 @@ const GATEWAY_KINDS: &[&str] = &[
 
 /// A Gateway API kind the API server serves.
 #[derive(Clone, Debug)]
-pub struct GatewayApiResource {
+pub struct ServedResource {
     pub kind: &'static str,
     pub api: ApiResource,
     pub namespaced: bool,
@@ -210,7 +289,7 @@ pub struct GatewayApiResource {
 pub async fn gateway_api_resources(
     client: &Client,
     patience: std::time::Duration,
-) -> Vec<GatewayApiResource> {
+) -> Vec<ServedResource> {
     let started = Instant::now();
     let mut delay = std::time::Duration::from_millis(200);
     loop {
@@ -234,8 +313,8 @@ pub async fn gateway_api_resources(
     }
 }
 
-async fn discover_gateway_api(client: &Client) -> Result<Vec<GatewayApiResource>, kube::Error> {
-    let mut found: Vec<GatewayApiResource> = Vec::new();
+async fn discover_gateway_api(client: &Client) -> Result<Vec<ServedResource>, kube::Error> {
+    let mut found: Vec<ServedResource> = Vec::new();
     for version in ["v1", "v1beta1"] {
         let group_version = format!("{GATEWAY_GROUP}/{version}");
         let list = match client.list_api_group_resources(&group_version).await {
@@ -251,7 +330,7 @@ async fn discover_gateway_api(client: &Client) -> Result<Vec<GatewayApiResource>
                 continue;
             }
             let gvk = GroupVersionKind::gvk(GATEWAY_GROUP, version, kind);
-            found.push(GatewayApiResource {
+            found.push(ServedResource {
                 kind,
                 api: ApiResource::from_gvk_with_plural(&gvk, &resource.name),
                 namespaced: resource.namespaced,
@@ -265,7 +344,7 @@ async fn discover_gateway_api(client: &Client) -> Result<Vec<GatewayApiResource>
 /// parse is kept with its metadata only (so that its deletion is still seen), and the reason
 /// is logged.
 fn gateway_conversion(
-    resource: &GatewayApiResource,
+    resource: &ServedResource,
 ) -> impl Fn(DynamicObject) -> Option<KubeObject> + Send + 'static {
     let (api_version, kind) = (resource.api.api_version.clone(), resource.kind);
     move |object: DynamicObject| {
