@@ -394,6 +394,41 @@ impl GatewaySockets {
             .find(|listener| listener.hostname.matches(host))
     }
 
+    /// Every listener with the rules it serves, by socket and then most specific hostname
+    /// first, for reports (`sluice check`, the admin API).
+    pub fn served(&self) -> Vec<ServedListener<'_>> {
+        let mut sockets: Vec<_> = self.0.iter().collect();
+        sockets.sort_by_key(|(address, _)| **address);
+        let mut served = Vec::new();
+        for (address, socket) in sockets {
+            for listener in &socket.listeners {
+                let rules = &listener.rules;
+                let mut exact: Vec<_> = rules.exact.iter().collect();
+                exact.sort_by(|a, b| a.0.cmp(b.0));
+                let mut by_host: Vec<(String, &[GatewayRule])> = exact
+                    .into_iter()
+                    .map(|(host, rules)| (host.to_string(), rules.as_slice()))
+                    .collect();
+                by_host.extend(
+                    rules
+                        .wildcards
+                        .iter()
+                        .map(|(suffix, rules)| (format!("*{suffix}"), rules.as_slice())),
+                );
+                if !rules.any.is_empty() {
+                    by_host.push(("*".to_owned(), rules.any.as_slice()));
+                }
+                served.push(ServedListener {
+                    socket: *address,
+                    tls: socket.tls,
+                    hostname: &listener.hostname,
+                    rules: by_host,
+                });
+            }
+        }
+        served
+    }
+
     /// The sockets to bind, with whether each terminates TLS, sorted by address.
     pub fn addresses(&self) -> Vec<(SocketAddr, bool)> {
         let mut all: Vec<_> = self.0.iter().map(|(a, s)| (*a, s.tls)).collect();
@@ -418,6 +453,16 @@ impl GatewaySockets {
             choice: rule.action.choose(draw),
         }
     }
+}
+
+/// One listener as a report shows it: where it is bound, its hostname, and its rules by the
+/// host they are served under, in precedence order.
+#[derive(Debug)]
+pub struct ServedListener<'t> {
+    pub socket: SocketAddr,
+    pub tls: bool,
+    pub hostname: &'t HostPattern,
+    pub rules: Vec<(String, &'t [GatewayRule])>,
 }
 
 /// Builds the Gateway part of a table: listeners first, then the rules attached to them.

@@ -27,7 +27,8 @@ pub use backend::{
 pub use canary::CanaryRule;
 pub use gateway::{
     GatewayOutcome, GatewayRule, GatewaySocket, GatewaySockets, GatewaySocketsBuilder, HostPattern,
-    RequestFacts, RequestMatch, RuleAction, RulePrecedence, ValueCondition, WeightedBackend,
+    RequestFacts, RequestMatch, RuleAction, RulePrecedence, ServedListener, ValueCondition,
+    WeightedBackend,
 };
 pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};
@@ -43,4 +44,4 @@ pub use table::{
 };
 pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};
 pub use variable::Variable;
-pub use view::{BackendView, RouteView, TableView};
+pub use view::{BackendView, CanaryView, GatewayListenerView, RouteView, TableView};

@@ -26,6 +26,54 @@ pub struct TableView {
     pub passthrough: BTreeMap<String, PassthroughView>,
     /// The Secret served to handshakes without a TLS host; `None`: the generated one.
     pub default_certificate: Option<String>,
+    /// Gateway API listeners and the HTTPRoute and GRPCRoute rules they serve.
+    pub gateways: Vec<GatewayListenerView>,
+}
+
+/// One Gateway listener as served.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayListenerView {
+    /// The bound address and port.
+    pub socket: std::net::SocketAddr,
+    pub tls: bool,
+    /// The listener's hostname (`*` for none).
+    pub hostname: String,
+    pub rules: Vec<GatewayRuleView>,
+}
+
+/// One match of a route rule, under one host, in precedence order.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayRuleView {
+    pub host: String,
+    /// The path match, as `PathPrefix /login`, `Exact /`, `RegularExpression ^/v[0-9]`.
+    #[serde(rename = "match")]
+    pub path: String,
+    pub method: Option<String>,
+    /// Header and query conditions, as `header x-env=canary`, `query debug=1`.
+    pub conditions: Vec<String>,
+    /// The route, as `namespace/name`.
+    pub route: String,
+    /// Each backendRef by weight; `invalid` for one that does not resolve (500).
+    pub backends: Vec<(String, u32)>,
+}
+
+/// A canary Ingress's claim on a route: what decides, and where it sends.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryView {
+    /// What decides, in ingress-nginx's order: `header`, `header value`, `header pattern`,
+    /// `cookie`, `weight`.
+    pub kinds: Vec<&'static str>,
+    pub header: Option<String>,
+    pub header_value: Option<String>,
+    pub header_pattern: Option<String>,
+    pub cookie: Option<String>,
+    pub weight: u32,
+    pub weight_total: u32,
+    pub backend: BackendId,
+    pub ingress: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,6 +108,9 @@ pub struct RouteView {
     pub ingress: String,
     /// Balancer, sticky cookie, retries and fallback, as compiled from annotations.
     pub policy: Arc<RoutePolicy>,
+    /// The canary that takes some of the route's requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -84,6 +135,9 @@ impl TableView {
                             backend: backend_id(route.backend)?,
                             ingress: route.ingress.to_string(),
                             policy: route.policy.clone(),
+                            canary: route.canary.as_deref().and_then(|canary| {
+                                canary_view(canary, backend_id(canary.backend)?)
+                            }),
                         })
                     })
                     .collect();
@@ -141,13 +195,120 @@ impl TableView {
                 .tls()
                 .default_certificate()
                 .map(|certificate| certificate.source.to_string()),
+            gateways: gateway_views(table),
         }
+    }
+}
+
+fn canary_view(canary: &crate::table::CanaryRoute, backend: BackendId) -> Option<CanaryView> {
+    let rule = &canary.rule;
+    let mut kinds = Vec::new();
+    if rule.header.is_some() {
+        kinds.push(match (&rule.header_value, &rule.header_pattern) {
+            (Some(value), _) if !value.is_empty() => "header value",
+            (_, Some(_)) => "header pattern",
+            _ => "header",
+        });
+    }
+    if rule.cookie.is_some() {
+        kinds.push("cookie");
+    }
+    if rule.weight > 0 {
+        kinds.push("weight");
+    }
+    Some(CanaryView {
+        kinds,
+        header: rule.header.clone(),
+        header_value: rule.header_value.clone().filter(|v| !v.is_empty()),
+        header_pattern: rule.header_pattern.as_ref().map(|p| p.as_str().to_owned()),
+        cookie: rule.cookie.clone(),
+        weight: rule.weight,
+        weight_total: rule.weight_total,
+        backend,
+        ingress: canary.ingress.to_string(),
+    })
+}
+
+fn gateway_views(table: &RoutingTable) -> Vec<GatewayListenerView> {
+    table
+        .gateways()
+        .served()
+        .into_iter()
+        .map(|listener| GatewayListenerView {
+            socket: listener.socket,
+            tls: listener.tls,
+            hostname: listener.hostname.to_string(),
+            rules: listener
+                .rules
+                .iter()
+                .flat_map(|(host, rules)| {
+                    rules
+                        .iter()
+                        .map(move |rule| gateway_rule_view(table, host, rule))
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn gateway_rule_view(
+    table: &RoutingTable,
+    host: &str,
+    rule: &crate::gateway::GatewayRule,
+) -> GatewayRuleView {
+    let matched = &rule.request_match;
+    let path = match matched.path.kind() {
+        PathKind::Exact => format!("Exact {}", matched.path.path()),
+        PathKind::Prefix => format!("PathPrefix {}", matched.path.path()),
+        PathKind::Regex => format!("RegularExpression {}", matched.path.path()),
+    };
+    let condition = |what: &str, name: &str, value: &crate::gateway::ValueCondition| match value {
+        crate::gateway::ValueCondition::Exact(text) => format!("{what} {name}={text}"),
+        crate::gateway::ValueCondition::Regex(regex) => format!("{what} {name}~{}", regex.as_str()),
+    };
+    let conditions = matched
+        .headers
+        .iter()
+        .map(|(name, value)| condition("header", name.as_str(), value))
+        .chain(
+            matched
+                .query
+                .iter()
+                .map(|(name, value)| condition("query", name, value)),
+        )
+        .collect();
+    let backends = rule
+        .action
+        .choices
+        .iter()
+        .map(|choice| {
+            let id = choice
+                .backend
+                .and_then(|index| table.backend(index))
+                .filter(|backend| !backend.id().is_redirect_only())
+                .map_or_else(
+                    || match choice.backend {
+                        Some(_) => "(answered by the rule's filters)".to_owned(),
+                        None => "invalid".to_owned(),
+                    },
+                    |backend| backend.id().to_string(),
+                );
+            (id, choice.weight)
+        })
+        .collect();
+    GatewayRuleView {
+        host: host.to_owned(),
+        path,
+        method: matched.method.as_ref().map(ToString::to_string),
+        conditions,
+        route: rule.route.to_string(),
+        backends,
     }
 }
 
 impl fmt::Display for TableView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "Routes:")?;
+        writeln!(f, "Ingress routes:")?;
         if self.hosts.is_empty() {
             writeln!(f, "  (none)")?;
         }
@@ -164,6 +325,16 @@ impl fmt::Display for TableView {
                     route.ingress,
                     policy_summary(&route.policy)
                 )?;
+                if let Some(canary) = &route.canary {
+                    writeln!(
+                        f,
+                        "    {:<32} -> {}  (canary from {}: {})",
+                        "",
+                        canary.backend,
+                        canary.ingress,
+                        canary_summary(canary)
+                    )?;
+                }
             }
         }
         if let Some(default) = &self.default_backend {
@@ -188,11 +359,74 @@ impl fmt::Display for TableView {
             };
             writeln!(f, "  {id} [{}] {endpoints}", backend.mode)?;
         }
-        self.fmt_tls(f)
+        self.fmt_tls(f)?;
+        self.fmt_gateways(f)
     }
 }
 
+/// `header X-Canary = always`, `cookie canary`, `weight 20/100`.
+fn canary_summary(canary: &CanaryView) -> String {
+    let mut parts = Vec::new();
+    if let Some(header) = &canary.header {
+        parts.push(match (&canary.header_value, &canary.header_pattern) {
+            (Some(value), _) => format!("header {header} = {value}"),
+            (_, Some(pattern)) => format!("header {header} ~ {pattern}"),
+            _ => format!("header {header} always/never"),
+        });
+    }
+    if let Some(cookie) = &canary.cookie {
+        parts.push(format!("cookie {cookie} always/never"));
+    }
+    if canary.weight > 0 {
+        parts.push(format!("weight {}/{}", canary.weight, canary.weight_total));
+    }
+    parts.join(", then ")
+}
+
 impl TableView {
+    fn fmt_gateways(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.gateways.is_empty() {
+            return Ok(());
+        }
+        writeln!(f, "Gateway API routes:")?;
+        for listener in &self.gateways {
+            let protocol = if listener.tls { "HTTPS" } else { "HTTP" };
+            writeln!(
+                f,
+                "  {} {protocol} listener {}",
+                listener.socket, listener.hostname
+            )?;
+            if listener.rules.is_empty() {
+                writeln!(f, "    (no route attached)")?;
+            }
+            for rule in &listener.rules {
+                let mut matched = rule.path.clone();
+                if let Some(method) = &rule.method {
+                    matched.push_str(&format!(" {method}"));
+                }
+                for condition in &rule.conditions {
+                    matched.push_str(&format!(", {condition}"));
+                }
+                let backends: Vec<String> = rule
+                    .backends
+                    .iter()
+                    .map(|(backend, weight)| match rule.backends.len() {
+                        1 => backend.clone(),
+                        _ => format!("{backend} ({weight})"),
+                    })
+                    .collect();
+                writeln!(
+                    f,
+                    "    {} {matched} -> {}  (from {})",
+                    rule.host,
+                    backends.join(", "),
+                    rule.route
+                )?;
+            }
+        }
+        Ok(())
+    }
+
     fn fmt_tls(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.tls.is_empty() && self.passthrough.is_empty() {
             return Ok(());

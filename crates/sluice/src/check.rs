@@ -11,10 +11,20 @@ use crate::cli::CheckArgs;
 /// diagnostic exists.
 pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
     let load = ManifestDir::new(&args.manifests).load()?;
-    let compiled = compile(&load.snapshot, &args.compile_options());
+    let options = args.compile_options();
+    let compiled = compile(&load.snapshot, &options);
     let mut diagnostics = load.diagnostics("");
     diagnostics.extend(compiled.diagnostics);
     diagnostics.sort_by_key(|d| std::cmp::Reverse(d.severity));
+    let errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
+    if args.json {
+        let report = migration_report(&load.snapshot, &options);
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(errors == 0);
+    }
 
     println!(
         "Read {} manifest file(s) from {}.\n",
@@ -38,12 +48,11 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<bool> {
     }
     if args.migration_report {
         println!();
-        print!("{}", render_report(&migration_report(&load.snapshot)));
+        print!(
+            "{}",
+            render_report(&migration_report(&load.snapshot, &options))
+        );
     }
-    let errors = diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .count();
     println!();
     if errors == 0 {
         println!("OK: no errors.");

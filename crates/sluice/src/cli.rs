@@ -468,6 +468,11 @@ pub struct CheckArgs {
     /// fully, partly or not.
     #[arg(long)]
     pub migration_report: bool,
+    /// With --migration-report: print only the report, as one JSON object (rows and totals;
+    /// docs/migration-report.schema.json), for tooling. The exit code still says whether the
+    /// directory has errors.
+    #[arg(long, requires = "migration_report")]
+    pub json: bool,
 }
 
 impl CheckArgs {

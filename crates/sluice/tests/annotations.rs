@@ -1420,7 +1420,11 @@ fn check_migration_report_counts_every_nginx_and_traefik_annotation_with_its_sup
         "traefik.ingress.kubernetes.io/service.nativelb 1 fully"
     );
     assert!(
-        report.contains("Honoured fully: 2, partly: 1, not: 2."),
+        report.contains("Annotation uses honoured fully: 3, partly: 1, not: 2."),
+        "{report}"
+    );
+    assert!(
+        report.contains("Objects by their least honoured annotation: fully 1, partly 0, not 2."),
         "{report}"
     );
     // Without the flag, no report.

@@ -92,8 +92,15 @@ pub(super) fn attach_route(
     let mut compiled: Option<CompiledRules> = None;
     let mut parents = Vec::new();
     let mut attached_to: Vec<usize> = Vec::new();
+    // Why parentRefs name no Gateway sluice serves (the others' refusals are warned each).
+    let mut unattached: Vec<String> = Vec::new();
+    let mut any_accepted = false;
     for (index, parent) in route.spec.parent_refs.iter().enumerate() {
         let Some(gateway) = parent_gateway(parent, key, gateways) else {
+            unattached.push(format!(
+                "spec.parentRefs[{index}]: {}",
+                unserved_parent(parent, key, inputs)
+            ));
             continue;
         };
         let rules = compiled.get_or_insert_with(|| compile_rules(route, rank, inputs, sinks));
@@ -113,6 +120,7 @@ pub(super) fn attach_route(
                 format!("not accepted ({reason}): {message}"),
             );
         }
+        any_accepted |= attachment.is_ok();
         if let (Ok(listeners), false) = (&attachment, rules.rules.is_empty()) {
             for (plan_index, hosts) in listeners {
                 serve_rules(&plans[*plan_index], hosts, rules, sinks.builder);
@@ -137,10 +145,54 @@ pub(super) fn attach_route(
             conditions: observed(conditions, route.generation),
         });
     }
+    if !any_accepted && (route.spec.parent_refs.is_empty() || !unattached.is_empty()) {
+        let why = match route.spec.parent_refs.is_empty() {
+            true => "it has no parentRefs".to_owned(),
+            false => unattached.join("; "),
+        };
+        let message = format!(
+            "attaches to no listener of a Gateway sluice serves, so it serves nothing: {why}"
+        );
+        sinks
+            .diagnostics
+            .warning(&object, "spec.parentRefs", message);
+    }
     for plan_index in attached_to {
         plans[plan_index].attached += 1;
     }
     parents
+}
+
+/// Why a parentRef names no Gateway sluice serves: another kind, a Gateway that does not
+/// exist, or one of a class another controller (or none) serves.
+fn unserved_parent(
+    parent: &ParentReference,
+    route: &ObjectKey,
+    inputs: &GatewayInputs<'_>,
+) -> String {
+    let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
+    let kind = parent.kind.as_deref().unwrap_or("Gateway");
+    if group != GATEWAY_GROUP || kind != "Gateway" {
+        return format!("the parent is a {kind} of group {group:?}, not a Gateway");
+    }
+    let namespace = parent.namespace.as_deref().unwrap_or(&route.namespace);
+    let name = &parent.name;
+    let Some(gateway) = inputs
+        .snapshot
+        .gateways
+        .get(&ObjectKey::new(namespace, name))
+    else {
+        return format!("Gateway {namespace}/{name} does not exist");
+    };
+    let class_name = &gateway.spec.gateway_class_name;
+    match inputs.snapshot.gateway_classes.get(class_name) {
+        None => format!("Gateway {namespace}/{name} names GatewayClass {class_name}, which does not exist"),
+        Some(class) if class.spec.controller_name != inputs.controller => format!(
+            "Gateway {namespace}/{name} is of GatewayClass {class_name}, which another controller ({}) serves",
+            class.spec.controller_name
+        ),
+        Some(_) => format!("Gateway {namespace}/{name} is not served: its GatewayClass {class_name} is not accepted"),
+    }
 }
 
 /// The listeners (by plan index) a parentRef attaches a route to, each with the hostnames the
