@@ -22,6 +22,8 @@ const DASHBOARD: &str = include_str!("dashboard.html");
 pub struct Admin {
     control: Arc<ControlPlane>,
     token: Option<String>,
+    /// The `--metrics` listener: /metrics and the probes only, with no token.
+    metrics_only: bool,
 }
 
 /// `GET /api/routes`: the table and every diagnostic.
@@ -114,7 +116,21 @@ struct EndpointEntry {
 
 impl Admin {
     pub fn new(control: Arc<ControlPlane>, token: Option<String>) -> Self {
-        Self { control, token }
+        Self {
+            control,
+            token,
+            metrics_only: false,
+        }
+    }
+
+    /// The `--metrics` listener: /metrics, /healthz and /readyz, for probes and Prometheus;
+    /// nothing of the dashboard or the JSON API.
+    pub fn metrics_only(control: Arc<ControlPlane>) -> Self {
+        Self {
+            control,
+            token: None,
+            metrics_only: true,
+        }
     }
 
     /// Answers one admin request.
@@ -122,6 +138,15 @@ impl Admin {
         let path = request.uri().path().to_owned();
         if let Some(answer) = self.probe(&path) {
             return answer;
+        }
+        if self.metrics_only {
+            return match (request.method(), path.as_str()) {
+                (&Method::GET | &Method::HEAD, "/metrics") => metrics(&self.control, &request),
+                _ => text(
+                    StatusCode::NOT_FOUND,
+                    "not found: this listener (--metrics) serves only /metrics, /healthz and /readyz; the dashboard and the JSON API are on --admin\n",
+                ),
+            };
         }
         if !self.authorized(&request) {
             let mut response = text(

@@ -263,6 +263,15 @@ pub struct ObserveArgs {
         value_name = "TOKEN"
     )]
     pub admin_token: Option<String>,
+    /// Serve the admin listener on a non-loopback address without --admin-token (anyone who
+    /// reaches it can read every host, backend and pod address and change the log level).
+    #[arg(long)]
+    pub admin_insecure: bool,
+    /// Address of a listener that serves only /metrics, /healthz and /readyz, with no token:
+    /// what probes and Prometheus need (deploy/ binds 0.0.0.0:9100), while --admin keeps the
+    /// dashboard and the JSON API on loopback.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
 }
 
 /// `--access-log`: a format, or `None` for `off`.
@@ -288,6 +297,8 @@ impl ObserveArgs {
                 buffer: self.access_log_buffer,
             }),
             admin_token: self.admin_token.clone().filter(|token| !token.is_empty()),
+            admin_insecure: self.admin_insecure,
+            metrics: self.metrics,
         }
     }
 }
@@ -309,8 +320,9 @@ pub struct ServeArgs {
     /// Address of the TLS listener (HTTPS, HTTP/2 by ALPN, passthrough), or "off".
     #[arg(long, default_value = "0.0.0.0:8443", value_parser = parse_listen_tls, value_name = "ADDR|off")]
     pub listen_tls: ListenTls,
-    /// Address of the admin listener: the dashboard (/), /healthz, /readyz, /metrics and the
-    /// JSON API (/api/routes, /api/backends, /api/status, /api/diagnostics).
+    /// Address of the admin listener: the dashboard (/), /healthz, /readyz, /metrics, the
+    /// JSON API (/api/routes, /api/backends, /api/status, /api/diagnostics) and PUT
+    /// /log-level. A non-loopback address needs --admin-token (or --admin-insecure).
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
     pub admin: SocketAddr,
     #[command(flatten)]

@@ -56,6 +56,10 @@ pub struct ObserveConfig {
     pub access_log: Option<AccessLogConfig>,
     /// `--admin-token`
     pub admin_token: Option<String>,
+    /// `--admin-insecure`: a non-loopback `--admin` without a token is allowed.
+    pub admin_insecure: bool,
+    /// `--metrics`: the listener of /metrics and the probes only.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// `--access-log`, `--access-log-file` (stdout when `None`) and `--access-log-buffer`.
@@ -83,6 +87,7 @@ pub struct Server {
     proxy_listener: TcpListener,
     tls_listener: Option<TcpListener>,
     admin_listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
 }
 
 impl Server {
@@ -100,9 +105,18 @@ impl Server {
             ),
             None => None,
         };
+        check_admin_exposure(&config)?;
         let admin_listener = TcpListener::bind(config.admin)
             .await
             .with_context(|| format!("cannot listen on {} (--admin)", config.admin))?;
+        let metrics_listener = match config.observe.metrics {
+            Some(address) => Some(
+                TcpListener::bind(address)
+                    .await
+                    .with_context(|| format!("cannot listen on {address} (--metrics)"))?,
+            ),
+            None => None,
+        };
         let control = ControlPlane::new(config.compile.clone());
         let source = match &config.source {
             SourceConfig::Manifests(dir) => {
@@ -125,6 +139,7 @@ impl Server {
             proxy_listener,
             tls_listener,
             admin_listener,
+            metrics_listener,
         })
     }
 
@@ -137,6 +152,7 @@ impl Server {
             proxy_listener,
             tls_listener,
             admin_listener,
+            metrics_listener,
         } = self;
         tracing::info!(listen = %config.listen, listen_tls = ?config.listen_tls, admin = %config.admin, "sluice is serving");
         let metrics = control.metrics();
@@ -186,6 +202,15 @@ impl Server {
             config.observe.admin_token.clone(),
         ));
         let admin_handler = move |request, _client| admin.clone().handle(request);
+        let metrics_task = metrics_listener.map(|listener| {
+            let metrics = Arc::new(admin::Admin::metrics_only(control.clone()));
+            let handler = move |request, _client| metrics.clone().handle(request);
+            let options = ListenerOptions {
+                grace_period: config.grace_period,
+                ..ListenerOptions::default()
+            };
+            tokio::spawn(serve(listener, handler, shutdown.clone(), options))
+        });
         let proxy_task = tokio::spawn(serve(
             proxy_listener,
             proxy_handler,
@@ -227,9 +252,25 @@ impl Server {
             tracing::warn!("upgraded connections still open after the grace period");
         }
         admin_task.await.context("admin listener task failed")?;
+        if let Some(task) = metrics_task {
+            task.await.context("metrics listener task failed")?;
+        }
         tracing::info!("sluice stopped");
         Ok(())
     }
+}
+
+/// Refuses an admin listener that anyone on the network could use: a non-loopback `--admin`
+/// needs `--admin-token`, unless the operator says `--admin-insecure`.
+fn check_admin_exposure(config: &ServeConfig) -> anyhow::Result<()> {
+    let observe = &config.observe;
+    if config.admin.ip().is_loopback() || observe.admin_token.is_some() || observe.admin_insecure {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "--admin {} is not a loopback address and no --admin-token is set: anyone who can reach it could read every host, backend and pod address (/api/routes) and change the log level (PUT /log-level). Keep --admin on 127.0.0.1 and reach it with kubectl port-forward, serve probes and Prometheus from --metrics, set --admin-token, or pass --admin-insecure",
+        config.admin
+    )
 }
 
 /// The TLS listener's handshakes, with a self-signed certificate generated for handshakes
