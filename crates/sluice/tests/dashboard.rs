@@ -178,3 +178,54 @@ async fn the_dashboard_shows_routes_live_endpoint_states_and_filters_in_a_real_b
         .screenshot(&artifacts().join("dashboard-phone.png"))
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_a_canary_under_its_route_with_its_rule_and_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "shop.yaml",
+        &[
+            ingress("main", "shop.test", &[("/", "Prefix", "stable", 80)]),
+            support::annotated_ingress(
+                "beta",
+                "shop.test",
+                &[("/", "Prefix", "beta", 80)],
+                &[
+                    ("nginx.ingress.kubernetes.io/canary", "true"),
+                    ("nginx.ingress.kubernetes.io/canary-by-cookie", "canary"),
+                    ("nginx.ingress.kubernetes.io/canary-weight", "20"),
+                ],
+            ),
+            service("stable", 80, &["127.0.0.1:9".parse().unwrap()]),
+            service("beta", 80, &["127.0.0.1:10".parse().unwrap()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let mut browser = Browser::start().await;
+    browser.navigate(&format!("http://{}/", sluice.admin)).await;
+    browser
+        .wait_for(
+            "the first refresh",
+            "document.body.dataset.loaded === 'true'",
+            LIVE,
+        )
+        .await;
+    assert_eq!(
+        browser.eval(&rows_for_host("shop.test")).await,
+        2,
+        "the route and its canary"
+    );
+    let canary = browser
+        .eval("Array.from(document.querySelectorAll('#routes tbody tr[data-host=\"shop.test\"]')).map(r => r.textContent).find(t => t.includes('canary')) || ''")
+        .await;
+    let text = canary.as_str().unwrap();
+    assert!(
+        text.contains("canary: cookie canary, then weight 20/100"),
+        "{text}"
+    );
+    assert!(
+        text.contains("default/beta:80") && text.contains("default/beta"),
+        "{text}"
+    );
+}

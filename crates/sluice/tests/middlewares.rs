@@ -817,6 +817,20 @@ async fn middlewares_applied_with_kubectl_to_the_api_server_are_watched_in_both_
         routed("admin", "admin.test", &["/"], "default-secured@kubernetescrd"),
         routed("old", "old.test", &["/"], "default-www@kubernetescrd"),
         service("web", 80, &[pod.addr()]),
+        middleware("auth", "  forwardAuth:\n    address: http://127.0.0.1:9/verify\n    trustForwardHeader: true\n    authResponseHeaders: [Remote-User]\n"),
+        middleware("allow", "  ipAllowList:\n    sourceRange: [127.0.0.0/8]\n"),
+        middleware("https", "  redirectScheme:\n    scheme: https\n"),
+        middleware("regex", "  stripPrefixRegex:\n    regex: [\"^/v[0-9]+\"]\n"),
+        middleware("add", "  addPrefix:\n    prefix: /app\n"),
+        middleware("replace", "  replacePath:\n    path: /x\n"),
+        middleware("rewrite", "  replacePathRegex:\n    regex: ^/a/(.*)\n    replacement: /b/$1\n"),
+        middleware("limit", "  rateLimit:\n    average: 10\n    burst: 5\n"),
+        middleware("inflight", "  inFlightReq:\n    amount: 3\n"),
+        middleware("buffer", "  buffering:\n    maxRequestBodyBytes: 2048\n"),
+        middleware("retry", "  retry:\n    attempts: 2\n"),
+        middleware("compress", "  compress: {}\n"),
+        middleware("oops", "  errors:\n    status: [\"500-599\"]\n    query: /{status}.html\n    service:\n      name: web\n      port: 80\n"),
+        routed("all", "all.test", &["/"], "default-auth@kubernetescrd,default-allow@kubernetescrd,default-https@kubernetescrd,default-regex@kubernetescrd,default-add@kubernetescrd,default-replace@kubernetescrd,default-rewrite@kubernetescrd,default-limit@kubernetescrd,default-inflight@kubernetescrd,default-buffer@kubernetescrd,default-retry@kubernetescrd,default-compress@kubernetescrd,default-oops@kubernetescrd"),
     ];
     write_manifest(dir.path(), "app.yaml", &documents);
     let manifest = dir.path().join("app.yaml");
