@@ -985,24 +985,6 @@ fn openssl(args: &[&str], input: &str) -> String {
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
 
-/// A Secret with `data` as stringData lines.
-fn secret(name: &str, data: &[(&str, &str)]) -> String {
-    let mut yaml =
-        format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\nstringData:\n");
-    for (key, value) in data {
-        yaml.push_str(&format!("  {key}: {value:?}\n"));
-    }
-    yaml
-}
-
-fn basic(user_password: &str) -> String {
-    use base64::Engine;
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(user_password)
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_auth_checks_htpasswd_apr1_sha1_and_bcrypt_users_and_satisfy_any_admits_ranges() {
     let pods = pods_on(&["web"], 163, 0).await;
@@ -1034,8 +1016,8 @@ async fn basic_auth_checks_htpasswd_apr1_sha1_and_bcrypt_users_and_satisfy_any_a
                     annotations,
                 ),
                 service("web", 80, &[pods[0].addr()]),
-                secret("users", &[("auth", &htpasswd)]),
-                secret("user-map", &[("dan", &apr1)]),
+                support::secret("users", None, &[("auth", &htpasswd)]),
+                support::secret("user-map", None, &[("dan", &apr1)]),
             ],
         );
     };
@@ -1066,10 +1048,18 @@ async fn basic_auth_checks_htpasswd_apr1_sha1_and_bcrypt_users_and_satisfy_any_a
         ["Basic realm=\"Shop staff\""]
     );
     for good in ["ana:ana-pw", "bob:bob-pw", "cat:cat-pw"] {
-        assert_eq!(status(Some(basic(good)), None).await.status, 200, "{good}");
+        assert_eq!(
+            status(Some(support::basic(good)), None).await.status,
+            200,
+            "{good}"
+        );
     }
     for bad in ["ana:bob-pw", "bob:", "eve:ana-pw", "cat:cat-pX"] {
-        assert_eq!(status(Some(basic(bad)), None).await.status, 401, "{bad}");
+        assert_eq!(
+            status(Some(support::basic(bad)), None).await.status,
+            401,
+            "{bad}"
+        );
     }
     // auth-map: one key per user.
     let map = [
@@ -1079,8 +1069,18 @@ async fn basic_auth_checks_htpasswd_apr1_sha1_and_bcrypt_users_and_satisfy_any_a
     ];
     write(&map);
     sluice.wait_for_generation_after(1).await;
-    assert_eq!(status(Some(basic("dan:ana-pw")), None).await.status, 200);
-    assert_eq!(status(Some(basic("ana:ana-pw")), None).await.status, 401);
+    assert_eq!(
+        status(Some(support::basic("dan:ana-pw")), None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        status(Some(support::basic("ana:ana-pw")), None)
+            .await
+            .status,
+        401
+    );
     // satisfy any: a client inside the allowlist needs no password; others still may sign in.
     let mut any = basic_auth.to_vec();
     any.push((
@@ -1093,7 +1093,7 @@ async fn basic_auth_checks_htpasswd_apr1_sha1_and_bcrypt_users_and_satisfy_any_a
     assert_eq!(status(None, Some("10.1.2.3")).await.status, 200);
     assert_eq!(status(None, Some("192.0.2.1")).await.status, 401);
     assert_eq!(
-        status(Some(basic("ana:ana-pw")), Some("192.0.2.1"))
+        status(Some(support::basic("ana:ana-pw")), Some("192.0.2.1"))
             .await
             .status,
         200
@@ -1104,7 +1104,7 @@ async fn basic_auth_checks_htpasswd_apr1_sha1_and_bcrypt_users_and_satisfy_any_a
     sluice.wait_for_generation_after(3).await;
     assert_eq!(status(None, Some("10.1.2.3")).await.status, 401);
     assert_eq!(
-        status(Some(basic("ana:ana-pw")), Some("192.0.2.1"))
+        status(Some(support::basic("ana:ana-pw")), Some("192.0.2.1"))
             .await
             .status,
         403
@@ -1115,7 +1115,12 @@ async fn basic_auth_checks_htpasswd_apr1_sha1_and_bcrypt_users_and_satisfy_any_a
         ("nginx.ingress.kubernetes.io/auth-secret", "nobody"),
     ]);
     sluice.wait_for_generation_after(4).await;
-    assert_eq!(status(Some(basic("ana:ana-pw")), None).await.status, 503);
+    assert_eq!(
+        status(Some(support::basic("ana:ana-pw")), None)
+            .await
+            .status,
+        503
+    );
     let (_, report) = run_check(dir.path());
     assert!(
         report.contains("Secret default/nobody: the Secret does not exist"),
@@ -1140,7 +1145,7 @@ async fn digest_auth_signs_in_curl_with_an_htdigest_user() {
             ],
         ),
         service("web", 80, &[pods[0].addr()]),
-        secret("users", &[("auth", &format!("ana:Shop:{ha1}\n"))]),
+        support::secret("users", None, &[("auth", &format!("ana:Shop:{ha1}\n"))]),
     ])
     .await;
     let curl = |user: &str| {

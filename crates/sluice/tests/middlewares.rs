@@ -180,25 +180,6 @@ async fn authelias_documented_forward_auth_lets_a_session_in_and_returns_the_aut
     assert_eq!(plain.status, 404);
 }
 
-/// A Secret `name` of `type` with `data` as stringData.
-fn secret(name: &str, kind: &str, data: &[(&str, &str)]) -> String {
-    let mut yaml = format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\ntype: {kind}\nstringData:\n"
-    );
-    for (key, value) in data {
-        yaml.push_str(&format!("  {key}: {value:?}\n"));
-    }
-    yaml
-}
-
-fn basic(user_password: &str) -> String {
-    use base64::Engine;
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(user_password)
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_auth_admits_the_secrets_users_and_can_name_the_user_and_hide_the_credentials() {
     let pod = RawBackend::start(ip(3)).await.unwrap();
@@ -208,8 +189,8 @@ async fn basic_auth_admits_the_secrets_users_and_can_name_the_user_and_hide_the_
     let documents = [
         middleware("users", "  basicAuth:\n    secret: users\n    removeHeader: true\n    headerField: X-WebAuth-User\n"),
         middleware("admin", "  basicAuth:\n    secret: admin\n    realm: Admins\n"),
-        secret("users", "Opaque", &[("users", users)]),
-        secret("admin", "kubernetes.io/basic-auth", &[("username", "root"), ("password", "hunter2")]),
+        support::secret("users", None, &[("users", users)]),
+        support::secret("admin", Some("kubernetes.io/basic-auth"), &[("username", "root"), ("password", "hunter2")]),
         routed("users", "shop.test", &["/"], "default-users@kubernetescrd"),
         routed("admin", "admin.test", &["/"], "admin@kubernetescrd"),
     ];
@@ -222,7 +203,7 @@ async fn basic_auth_admits_the_secrets_users_and_can_name_the_user_and_hide_the_
         Some("Basic realm=\"traefik\"")
     );
     assert_eq!(refused.body, "401 Unauthorized\n");
-    let wrong = basic("test:wrong");
+    let wrong = support::basic("test:wrong");
     assert_eq!(
         request(
             &sluice,
@@ -238,7 +219,7 @@ async fn basic_auth_admits_the_secrets_users_and_can_name_the_user_and_hide_the_
     assert!(pod.requests().is_empty());
 
     for (credentials, user) in [("test:test", "test"), ("ana:secret", "ana")] {
-        let authorization = basic(credentials);
+        let authorization = support::basic(credentials);
         let headers = [
             ("authorization", authorization.as_str()),
             ("x-webauth-user", "mallory"),
@@ -259,7 +240,7 @@ async fn basic_auth_admits_the_secrets_users_and_can_name_the_user_and_hide_the_
         header(&refused, "www-authenticate").as_deref(),
         Some("Basic realm=\"Admins\"")
     );
-    let root = basic("root:hunter2");
+    let root = support::basic("root:hunter2");
     let reply = request(
         &sluice,
         Method::GET,
@@ -809,7 +790,7 @@ async fn middlewares_applied_with_kubectl_to_the_api_server_are_watched_in_both_
     let documents = [
         strip_old_group.clone(),
         middleware("users", "  basicAuth:\n    secret: users\n"),
-        secret("users", "Opaque", &[("users", "test:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=")]),
+        support::secret("users", None, &[("users", "test:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=")]),
         middleware("stamp", "  headers:\n    customResponseHeaders:\n      X-Served-By: sluice\n"),
         middleware("www", "  redirectRegex:\n    regex: ^http://old.test/(.*)\n    replacement: http://new.test/${1}\n    permanent: true\n"),
         middleware("secured", "  chain:\n    middlewares: [{name: users}, {name: stamp}]\n"),
@@ -851,7 +832,7 @@ async fn middlewares_applied_with_kubectl_to_the_api_server_are_watched_in_both_
             .status,
         401
     );
-    let authorization = basic("test:test");
+    let authorization = support::basic("test:test");
     let reply = request(
         &sluice,
         Method::GET,

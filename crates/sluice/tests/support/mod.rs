@@ -516,3 +516,25 @@ pub async fn websocket_echo_pod(name: &'static str, ip: std::net::IpAddr) -> Soc
     });
     addr
 }
+
+/// A Secret `name` of `kind` (`None`: no type, Opaque) with `data` as stringData.
+pub fn secret(name: &str, kind: Option<&str>, data: &[(&str, &str)]) -> String {
+    let kind = kind
+        .map(|kind| format!("type: {kind}\n"))
+        .unwrap_or_default();
+    let mut yaml =
+        format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n{kind}stringData:\n");
+    for (key, value) in data {
+        yaml.push_str(&format!("  {key}: {value:?}\n"));
+    }
+    yaml
+}
+
+/// `Basic base64(user:password)`, an `Authorization` value.
+pub fn basic(user_password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(user_password)
+    )
+}
