@@ -116,7 +116,21 @@ impl Chain {
                     Built::InFlight(limits::InFlightLimit::new(limit.clone()))
                 }
                 Step::Errors(page) => Built::Errors(errors::ErrorPages(page.clone())),
-                path_step => Built::Path(paths::PathEdit::of(path_step)),
+                Step::StripPrefix(strip) => {
+                    Built::Path(paths::PathEdit::StripPrefix(strip.clone()))
+                }
+                Step::StripPrefixRegex { regex } => {
+                    Built::Path(paths::PathEdit::StripPrefixRegex(regex.clone()))
+                }
+                Step::AddPrefix { prefix } => {
+                    Built::Path(paths::PathEdit::AddPrefix(prefix.clone()))
+                }
+                Step::ReplacePath { path } => {
+                    Built::Path(paths::PathEdit::ReplacePath(path.clone()))
+                }
+                Step::ReplacePathRegex { regex, replacement } => Built::Path(
+                    paths::PathEdit::ReplacePathRegex(regex.clone(), replacement.clone()),
+                ),
             })
             .collect();
         let reads_forwarded_for = middlewares.iter().any(|m| match &m.step {

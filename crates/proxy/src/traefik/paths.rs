@@ -2,7 +2,7 @@
 
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, StatusCode};
-use sluice_routing::middleware::{Pattern, Step, StripPrefix};
+use sluice_routing::middleware::{Pattern, StripPrefix};
 
 use crate::error::{OwnAnswer, ProxyError};
 
@@ -19,21 +19,6 @@ pub(super) enum PathEdit {
 }
 
 impl PathEdit {
-    /// The edit for a path step (the chain hands only those here).
-    pub(super) fn of(step: &Step) -> Self {
-        match step {
-            Step::StripPrefix(strip) => Self::StripPrefix(strip.clone()),
-            Step::StripPrefixRegex { regex } => Self::StripPrefixRegex(regex.clone()),
-            Step::AddPrefix { prefix } => Self::AddPrefix(prefix.clone()),
-            Step::ReplacePath { path } => Self::ReplacePath(path.clone()),
-            Step::ReplacePathRegex { regex, replacement } => {
-                Self::ReplacePathRegex(regex.clone(), replacement.clone())
-            }
-            // Not a path step: an edit that changes nothing.
-            _ => Self::StripPrefixRegex(Vec::new()),
-        }
-    }
-
     /// Changes the upstream path; a result that is not a clean path (`//`, `.` or `..`
     /// segments, which Traefik's check refuses) is a 400.
     pub(super) fn apply(&self, upstream: &mut Parts) -> Result<(), ProxyError> {
