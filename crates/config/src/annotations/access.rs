@@ -106,14 +106,18 @@ fn parse_ranges(value: &str) -> Result<Vec<IpNet>, String> {
         .split(',')
         .map(str::trim)
         .filter(|entry| !entry.is_empty())
-        .map(|entry| {
-            entry
-                .parse::<IpNet>()
-                .or_else(|_| entry.parse::<std::net::IpAddr>().map(IpNet::from))
-                .map(|range| range.trunc())
-                .map_err(|_| entry.to_owned())
-        })
+        .map(|entry| ip_range(entry).ok_or_else(|| entry.to_owned()))
         .collect()
+}
+
+/// One range entry: a CIDR (its host bits cleared), or an address standing for itself.
+pub(crate) fn ip_range(entry: &str) -> Option<IpNet> {
+    let entry = entry.trim();
+    entry
+        .parse::<IpNet>()
+        .or_else(|_| entry.parse::<std::net::IpAddr>().map(IpNet::from))
+        .ok()
+        .map(|range| range.trunc())
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use sluice_routing::{StickyCookie, UpstreamProtocol};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use values::{parse_bool, Found, Report};
 
+pub(crate) use access::ip_range;
 pub use auth::AuthSecret;
 pub use controllers::{controller_of, OTHER_CONTROLLERS, USE_ANNOTATION};
 #[cfg(test)]

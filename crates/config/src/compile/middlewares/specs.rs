@@ -10,6 +10,7 @@ use sluice_routing::middleware::{
 use sluice_routing::{RetryOn, RetryPolicy};
 
 use super::{required, Note, Refusal, StepContext};
+use crate::annotations::ip_range;
 use crate::traefik::{
     BufferingSpec, HeadersSpec, InFlightReqSpec, IntOrString, IpAllowListSpec, IpStrategySpec,
     MiddlewareSpec, RateLimitSpec, RetrySpec, SourceCriterionSpec,
@@ -158,14 +159,20 @@ pub(super) fn status_range(text: &str) -> Option<(u16, u16)> {
     (low <= high && low >= 100 && high < 600).then_some((low, high))
 }
 
-/// A source range entry: a CIDR, or an address standing for itself.
-fn ip_net(text: &str) -> Option<ipnet::IpNet> {
-    let text = text.trim();
-    text.parse::<ipnet::IpNet>().ok().or_else(|| {
-        text.parse::<std::net::IpAddr>()
-            .ok()
-            .map(ipnet::IpNet::from)
-    })
+/// Entries of an address list (`sourceRange`, `excludedIPs`), each a CIDR or an address.
+fn ip_nets(
+    texts: &[String],
+    field: &str,
+    context: &StepContext<'_>,
+) -> Result<Vec<ipnet::IpNet>, Refusal> {
+    texts
+        .iter()
+        .map(|text| {
+            ip_range(text).ok_or_else(|| {
+                context.problem(field, &format!("{text:?} is not an IP address or CIDR"))
+            })
+        })
+        .collect()
 }
 
 fn ip_strategy(
@@ -176,18 +183,7 @@ fn ip_strategy(
     let Some(spec) = spec else {
         return Ok(IpStrategy::default());
     };
-    let excluded = spec
-        .excluded_ips
-        .iter()
-        .map(|text| {
-            ip_net(text).ok_or_else(|| {
-                context.problem(
-                    &format!("{field}.excludedIPs"),
-                    &format!("{text:?} is not an IP address or CIDR"),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let excluded = ip_nets(&spec.excluded_ips, &format!("{field}.excludedIPs"), context)?;
     let ipv6_subnet = match spec.ipv6_subnet {
         None => None,
         Some(bits) => Some(
@@ -219,18 +215,11 @@ fn ip_allow_list(
     } else {
         "ipWhiteList"
     };
-    let ranges = spec
-        .source_range
-        .iter()
-        .map(|text| {
-            ip_net(text).ok_or_else(|| {
-                context.problem(
-                    &format!("spec.{kind}.sourceRange"),
-                    &format!("{text:?} is not an IP address or CIDR"),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let ranges = ip_nets(
+        &spec.source_range,
+        &format!("spec.{kind}.sourceRange"),
+        context,
+    )?;
     if ranges.is_empty() {
         return Err(context.problem(&format!("spec.{kind}.sourceRange"), "is empty"));
     }
