@@ -80,9 +80,11 @@ impl RateLimiter {
 
     fn reserve(&self, key: &str, rate: f64, now: Instant) -> Verdict {
         let burst = f64::from(self.limit.burst);
-        let Ok(mut buckets) = self.buckets.lock() else {
-            return Verdict::Now;
-        };
+        // A panic elsewhere while the lock was held leaves counts that are still counts.
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if buckets.len() >= MAX_SOURCES && !buckets.contains_key(key) {
             buckets.retain(|_, bucket| refilled(bucket, rate, burst, now) < burst);
             if buckets.len() >= MAX_SOURCES {
