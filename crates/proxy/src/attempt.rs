@@ -1,4 +1,4 @@
-//! One request's attempts: pick a candidate, send, and on a safe failure try an endpoint not tried yet.
+//! One request's attempts: pick a candidate, send, and on a safe failure try another endpoint.
 //!
 //! The retry rules, in order: a connect that failed (nothing was sent) may be retried for any
 //! method; after the request was sent, only idempotent methods (or requests carrying
@@ -10,20 +10,30 @@
 //! that broke on the client's side (its body too large, stalled or unreadable) is never
 //! retried.
 //!
-//! What limits retries: every attempt goes to an endpoint not tried yet. Attempts that reached
+//! Where a retry goes: to an endpoint not tried yet. Once every endpoint has been tried, a
+//! route whose policy revisits (Gateway API's and Traefik's `retry`) goes back to the one tried
+//! longest ago, so a Service of one pod is retried too; ingress-nginx's `proxy-next-upstream`
+//! never tries one server twice, so its routes stop there.
+//!
+//! What limits retries: the route's tries and the backend's retry budget. Attempts that reached
 //! an endpoint, and connects that timed out, count against the route's tries; retries after an
 //! attempt that reached its endpoint count against the backend's retry budget. A refused or
 //! reset connect puts no load on any endpoint and costs no time, so it counts against
 //! neither: a request keeps looking for a listening endpoint among those not yet tried (and
-//! not ejected). With a single address (service-upstream, ExternalName) every attempt counts.
+//! not ejected). With a single address (service-upstream, ExternalName) every attempt counts,
+//! and so does every attempt that revisits an endpoint.
 //!
 //! A stale keep-alive connection is not a failed attempt: when a pooled connection fails
 //! before any byte of the response (the endpoint closed it as the request went out), a request
 //! that may be resent goes again on a new connection to the same endpoint, as Go's transport
-//! does, at no cost in tries or budget.
+//! does, at no cost in tries or budget. On a route whose retries revisit, the retry to the same
+//! endpoint is an ordinary one and costs a try, so that the route's attempts bound what an
+//! endpoint sees.
 //!
 //! Timing: the response-header timeout (or the route's per-try timeout) starts once the
-//! request body has been sent. While the body goes out, an endpoint that takes nothing for the
+//! request body has been sent; a route's request timeout (an HTTPRoute's `timeouts.request`)
+//! cuts the wait to what is left of it, and once it has passed the client gets 504, not an
+//! earlier attempt's answer. While the body goes out, an endpoint that takes nothing for the
 //! body idle timeout ends the attempt (504); a client that sends nothing for as long fails its
 //! own body (408).
 
@@ -126,6 +136,8 @@ pub(crate) struct Exchange<'a> {
     candidates: Option<Candidates>,
     /// Endpoints tried, and endpoints skipped because they are ejected.
     skip: Vec<Endpoint>,
+    /// Endpoints tried, the one tried longest ago first.
+    tried: Vec<Endpoint>,
     pinned: Option<Endpoint>,
     /// Attempts made.
     attempts: u32,
@@ -163,6 +175,7 @@ impl<'a> Exchange<'a> {
             client,
             candidates: None,
             skip: Vec::new(),
+            tried: Vec::new(),
             pinned,
             attempts: 0,
             charged: 0,
@@ -210,6 +223,7 @@ impl<'a> Exchange<'a> {
                 }
             }
             self.attempts += 1;
+            let revisit = self.tried.contains(&pick.endpoint);
             let outcome = self.attempt(&pick).await;
             pick.runtime.stats.record_outcome(match &outcome {
                 Ok(answer) => answer.response.status().is_server_error(),
@@ -230,7 +244,7 @@ impl<'a> Exchange<'a> {
                 Ok(_) | Err(Failure::Sent(_) | Failure::TimedOut(_) | Failure::Cut(_))
             );
             let costly = self.last_reached || matches!(outcome, Err(Failure::ConnectTimedOut));
-            if costly || self.backend.mode() != BackendMode::Endpoints {
+            if costly || revisit || self.backend.mode() != BackendMode::Endpoints {
                 self.charged += 1;
             }
             match outcome {
@@ -239,6 +253,11 @@ impl<'a> Exchange<'a> {
                 Ok(answer) if self.retries_status(&answer) => held = Some(answer),
                 Ok(answer) => return Ok(answer),
                 Err(failure) => {
+                    if matches!(failure, Failure::TimedOut(_))
+                        && self.request_time_left().is_some_and(|left| left.is_zero())
+                    {
+                        held = None;
+                    }
                     let retry = self.may_retry(&failure);
                     last_error = failure.into_error();
                     if !retry {
@@ -299,11 +318,32 @@ impl<'a> Exchange<'a> {
             }
         }
         if tries_left {
-            if let Some(pick) = self.next_candidate() {
+            if let Some(pick) = self.next_candidate().or_else(|| self.revisited()) {
                 return Some(pick);
             }
         }
         self.fallback()
+    }
+
+    /// With every endpoint tried, the one tried longest ago that is still in the set and not
+    /// ejected, when the route's retries revisit.
+    fn revisited(&self) -> Option<Pick> {
+        if !self.policy.retry.revisit {
+            return None;
+        }
+        self.tried.iter().find_map(|endpoint| {
+            let position = self.set.position(endpoint)?;
+            let runtime = self
+                .settings
+                .runtime
+                .endpoint_at(&self.set, position, endpoint);
+            Some(Pick {
+                endpoint: endpoint.clone(),
+                runtime: runtime.clone(),
+                fresh: false,
+                trial: admit(&runtime)?,
+            })
+        })
     }
 
     /// The session's endpoint, unless it is ejected.
@@ -363,6 +403,12 @@ impl<'a> Exchange<'a> {
         }
     }
 
+    /// What is left of the route's request timeout, when it has one.
+    fn request_time_left(&self) -> Option<Duration> {
+        let limit = self.policy.timeouts.request?;
+        Some(limit.saturating_sub(self.started.elapsed()))
+    }
+
     /// Whether the ClusterIP fallback is still to be tried.
     fn fallback_due(&self) -> bool {
         self.policy.fallback.is_some() && !self.fallback_used
@@ -387,6 +433,8 @@ impl<'a> Exchange<'a> {
     async fn attempt(&mut self, pick: &Pick) -> Result<Answer, Failure> {
         let (endpoint, runtime) = (&pick.endpoint, &pick.runtime);
         self.skip.push(endpoint.clone());
+        self.tried.retain(|tried| tried != endpoint);
+        self.tried.push(endpoint.clone());
         self.last_tried = Some(endpoint.clone());
         let in_flight = runtime.stats.begin();
         let pooled = if pick.fresh {
@@ -440,7 +488,9 @@ impl<'a> Exchange<'a> {
                     if let Some(broken) = ClientBodyError::find(&error) {
                         return Err(Failure::Client(broken.to_proxy_error()));
                     }
+                    // A route that revisits retries on this endpoint anyway, as a try.
                     let stale = connection.reused
+                        && !self.policy.retry.revisit
                         && !resent_on_new_connection
                         && closed_before_response(&error)
                         && resendable(&self.parts)
@@ -509,7 +559,8 @@ impl<'a> Exchange<'a> {
     }
 
     /// Whether another attempt could follow this one if its response were cut off: the retry
-    /// rules allow it, an endpoint not tried yet (or the ClusterIP fallback) is there, and
+    /// rules allow it, an endpoint not tried yet (or, when the route revisits, any endpoint;
+    /// or the ClusterIP fallback) is there, and
     /// tries, retry time and the backend's retry budget are left.
     fn could_retry_a_cut(&self) -> bool {
         let retry = &self.policy.retry;
@@ -517,7 +568,7 @@ impl<'a> Exchange<'a> {
             return false;
         }
         let untried = match self.backend.mode() {
-            BackendMode::Endpoints => self.set.eligible().len() > self.skip.len(),
+            BackendMode::Endpoints => retry.revisit || self.set.eligible().len() > self.skip.len(),
             // One address: a retry goes out on a new connection, where another pod may answer.
             _ => true,
         };
@@ -566,6 +617,9 @@ impl<'a> Exchange<'a> {
             .per_try_timeout
             .or(self.policy.timeouts.read)
             .unwrap_or(self.settings.response_header_timeout);
+        let timeout = self
+            .request_time_left()
+            .map_or(timeout, |left| timeout.min(left));
         match tokio::time::timeout(timeout, send).await {
             Ok(result) => sent(result),
             Err(_elapsed) => Err(Exchanged::TimedOut(ProxyError::ResponseTimeout)),

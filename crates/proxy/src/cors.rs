@@ -1,4 +1,4 @@
-//! CORS as ingress-nginx answers it (and, for Gateway API routes, with wildcards echoed): an allowed origin's preflight is answered by the proxy with 204 and never reaches a pod, and the route's other responses to an allowed origin carry the `Access-Control-*` headers; any other origin gets none.
+//! CORS under ingress-nginx's or Gateway API's rules ([`CorsRules`]): an allowed origin's preflight is answered by the proxy with 204 and never reaches a pod, and the route's other responses to an allowed origin carry the `Access-Control-*` headers; any other origin gets none, and under Gateway API's rules its preflight is answered too.
 
 use http::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
@@ -7,7 +7,7 @@ use http::header::{
 };
 use http::request::Parts;
 use http::{response, HeaderMap, HeaderValue, Method};
-use sluice_routing::Cors;
+use sluice_routing::{Cors, CorsRules};
 
 use crate::error::ProxyError;
 use crate::phases::{Filter, ProxyScope, RequestContext};
@@ -45,13 +45,13 @@ impl CorsFilter {
     /// The `Access-Control-Allow-Origin` for a request from `origin`, when it is allowed.
     fn allow_origin(&self, origin: &HeaderValue) -> Option<HeaderValue> {
         match &self.cors.origins {
-            None if self.cors.echo_wildcards && self.cors.allow_credentials => Some(origin.clone()),
+            None if self.gateway_api() && self.cors.allow_credentials => Some(origin.clone()),
             None => Some(HeaderValue::from_static("*")),
             Some(patterns) => {
                 let text = origin.to_str().ok()?;
                 patterns
                     .iter()
-                    .any(|pattern| pattern.matches(text))
+                    .any(|pattern| pattern.matches(text, self.cors.rules))
                     .then(|| origin.clone())
             }
         }
@@ -81,6 +81,26 @@ impl CorsFilter {
         }
     }
 
+    fn gateway_api(&self) -> bool {
+        self.cors.rules == CorsRules::GatewayApi
+    }
+
+    /// Whether the proxy answers this request itself: under ingress-nginx's rules any
+    /// `OPTIONS` from an allowed origin; under Gateway API's a preflight (`OPTIONS` with
+    /// `Origin` and `Access-Control-Request-Method`), whatever its origin.
+    fn answers(&self, request: &Parts, allowed: bool) -> bool {
+        if request.method != Method::OPTIONS {
+            return false;
+        }
+        match self.cors.rules {
+            CorsRules::IngressNginx => allowed,
+            CorsRules::GatewayApi => {
+                request.headers.contains_key(ORIGIN)
+                    && request.headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD)
+            }
+        }
+    }
+
     fn headers_for(&self, allow_origin: HeaderValue) -> HeaderMap {
         let mut headers = self.fixed.clone();
         headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, allow_origin);
@@ -95,21 +115,22 @@ impl Filter for CorsFilter {
         request: &Parts,
         _proxy: &ProxyScope<'_>,
     ) -> Result<(), ProxyError> {
-        let Some(allow_origin) = request
+        let allow_origin = request
             .headers
             .get(ORIGIN)
-            .and_then(|origin| self.allow_origin(origin))
-        else {
-            return Ok(());
-        };
-        if request.method == Method::OPTIONS {
+            .and_then(|origin| self.allow_origin(origin));
+        if self.answers(request, allow_origin.is_some()) {
+            let Some(allow_origin) = allow_origin else {
+                // An origin not allowed: answered, with nothing that would let it in.
+                return Err(ProxyError::Preflight(Box::default()));
+            };
             let mut headers = self.headers_for(allow_origin);
-            if self.cors.echo_wildcards {
+            if self.gateway_api() {
                 self.echo_requested(&request.headers, &mut headers);
             }
             return Err(ProxyError::Preflight(Box::new(headers)));
         }
-        context.cors_origin = Some(allow_origin);
+        context.cors_origin = allow_origin;
         Ok(())
     }
 

@@ -34,7 +34,7 @@ pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};
 pub use path::{PathKind, PathMatch};
 pub use policy::{
-    Balancer, Cors, ErrorPages, GatewayFilters, GatewayMirror, GatewayRedirect, HashKey,
+    Balancer, Cors, CorsRules, ErrorPages, GatewayFilters, GatewayMirror, GatewayRedirect, HashKey,
     HeaderChanges, Listeners, OriginPattern, PathChange, RateLimits, Redirect, RequestEdits,
     RetryOn, RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict, StickyCookie,
     TlsPolicy, UpstreamProtocol, UpstreamTimeouts, UpstreamTls,

@@ -230,6 +230,10 @@ pub struct Redirect {
 pub struct UpstreamTimeouts {
     /// Connecting to an endpoint (`--connect-timeout`).
     pub connect: Option<std::time::Duration>,
+    /// The whole exchange, every attempt and backoff included (an HTTPRoute rule's
+    /// `timeouts.request`): once it has passed without a response head, the client gets 504.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<std::time::Duration>,
     /// The longest an endpoint may stop taking the request body (`--body-idle-timeout`).
     pub send: Option<std::time::Duration>,
     /// The longest wait for the response headers and between two reads of the response body
@@ -237,8 +241,8 @@ pub struct UpstreamTimeouts {
     pub read: Option<std::time::Duration>,
 }
 
-/// CORS as ingress-nginx configures it: which origins get the `Access-Control-*` headers,
-/// and what those headers say.
+/// A route's CORS: which origins get the `Access-Control-*` headers, what those headers say,
+/// and whose rules decide where ingress-nginx and Gateway API differ.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Cors {
     /// `None`: any origin (`*`, answered as `Access-Control-Allow-Origin: *`).
@@ -248,14 +252,28 @@ pub struct Cors {
     pub expose_headers: Option<String>,
     pub allow_credentials: bool,
     pub max_age: u64,
-    /// Gateway API semantics: a `*` among the methods or headers, or any origin, is answered
-    /// with what the request asked for (browsers refuse a literal `*` with credentials).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub echo_wildcards: bool,
+    pub rules: CorsRules,
+}
+
+/// Whose CORS rules a route follows where ingress-nginx's `enable-cors` and an HTTPRoute
+/// `CORS` filter differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CorsRules {
+    /// nginx.tmpl's CORS block: a `*.` origin matches exactly one more label; only an allowed
+    /// origin's `OPTIONS` is answered by the proxy (204), any other goes on to the pod.
+    #[default]
+    IngressNginx,
+    /// The HTTPRoute CORS filter: a `*` label matches one or more labels; every preflight
+    /// (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) is answered by the proxy,
+    /// an origin not allowed getting 204 without `Access-Control-Allow-Origin`; a `*` among
+    /// the methods or headers, or any origin with credentials, is answered with what the
+    /// request asked for (browsers refuse a literal `*` with credentials).
+    GatewayApi,
 }
 
 /// An allowed origin: scheme, host and optional port, where the host may start with `*.`
-/// (exactly one more label, as ingress-nginx's wildcard origins match).
+/// (one more label under ingress-nginx's rules, one or more under Gateway API's).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct OriginPattern {
     pub scheme: String,
@@ -297,8 +315,9 @@ impl OriginPattern {
         })
     }
 
-    /// Whether the request's `Origin` header value is this origin.
-    pub fn matches(&self, origin: &str) -> bool {
+    /// Whether the request's `Origin` header value is this origin, a wildcard matching as
+    /// `rules` say.
+    pub fn matches(&self, origin: &str, rules: CorsRules) -> bool {
         let Some(pattern) = Self::parse_exact(origin) else {
             return false;
         };
@@ -310,8 +329,11 @@ impl OriginPattern {
             true => pattern
                 .host
                 .strip_suffix(&self.host)
-                .and_then(|label| label.strip_suffix('.'))
-                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+                .and_then(|labels| labels.strip_suffix('.'))
+                .is_some_and(|labels| match rules {
+                    CorsRules::IngressNginx => !labels.is_empty() && !labels.contains('.'),
+                    CorsRules::GatewayApi => labels.split('.').all(|label| !label.is_empty()),
+                }),
         }
     }
 
@@ -551,12 +573,17 @@ impl StickyCookie {
     }
 }
 
-/// When a failed attempt is tried again on another endpoint.
+/// When a failed attempt is tried again, and where.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RetryPolicy {
     pub on: RetryOn,
     /// Attempts in all, the first included (`proxy-next-upstream-tries`); 1 never retries.
     pub tries: u32,
+    /// Whether a retry may go back to an endpoint already tried once every endpoint has been
+    /// (the one tried longest ago first), as Gateway API's `retry` and Traefik's `retry`
+    /// do; ingress-nginx's `proxy-next-upstream` never tries one server twice.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub revisit: bool,
     /// Give up retrying once this much time has passed since the first attempt.
     pub timeout: Option<Duration>,
     /// Response-header timeout of each attempt; `None` uses the proxy-wide timeout.
@@ -582,6 +609,7 @@ impl Default for RetryPolicy {
         Self {
             on: RetryOn::default(),
             tries: Self::DEFAULT_TRIES,
+            revisit: false,
             timeout: None,
             per_try_timeout: None,
             response_buffer: None,

@@ -11,12 +11,18 @@
 //! - `/__testkit/hop-headers` answers with hop-by-hop headers a proxy must strip
 //!   (`Connection: x-hop-secret`, `X-Hop-Secret`, `Keep-Alive`) next to `X-Kept: yes`.
 //!
+//! On any path, the query `succeedAfter=K&uuid=U[&responseCode=N][&delayRetry=D]` is the retry
+//! simulation of the Gateway API conformance echo server: the first K requests carrying uuid U
+//! wait D (such as `300ms`) and answer N (without `responseCode`, they close the connection
+//! unanswered); the later ones are answered as usual.
+//!
 //! It never describes the request it got: hyper's parsed view would hide what a proxy really
 //! sent. Tests that check what arrives use [`crate::RawBackend`], which reports the bytes.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -95,11 +101,13 @@ impl EchoBackend {
     }
 }
 
-/// What the accept loop counts for the backend's owner.
+/// What the accept loop counts for the backend's owner, and for the retry simulation.
 #[derive(Clone, Default)]
 struct Counters {
     requests: Arc<AtomicU64>,
     open_connections: Arc<AtomicU64>,
+    /// Requests seen per retry-simulation uuid.
+    simulated: Arc<Mutex<HashMap<String, u32>>>,
 }
 
 impl Drop for EchoBackend {
@@ -115,11 +123,23 @@ async fn accept_loop(listener: TcpListener, name: String, counters: Counters) {
         let name = name.clone();
         let requests = counters.requests.clone();
         let open = counters.open_connections.clone();
+        let simulated = counters.simulated.clone();
         open.fetch_add(1, Ordering::Relaxed);
         async move {
-            let service = service_fn(move |request| {
+            let service = service_fn(move |request: Request<Incoming>| {
                 requests.fetch_add(1, Ordering::Relaxed);
-                answer(name.clone(), request)
+                let failure = simulated_failure(&simulated, request.uri().query());
+                let name = name.clone();
+                async move {
+                    let Some(failure) = failure else {
+                        return answer(name, request).await;
+                    };
+                    tokio::time::sleep(failure.delay).await;
+                    match failure.status {
+                        Some(status) => Ok(text(status, format!("{name}\n"))),
+                        None => Err(EchoError("connection error on request")),
+                    }
+                }
             });
             let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
@@ -173,6 +193,55 @@ async fn answer(
         return Ok(response);
     }
     Ok(text(StatusCode::OK, format!("{name}\n")))
+}
+
+/// How the retry simulation fails one request.
+struct SimulatedFailure {
+    /// `None`: close the connection unanswered.
+    status: Option<StatusCode>,
+    delay: Duration,
+}
+
+/// The retry simulation's failure for this query, while its uuid has been seen at most
+/// `succeedAfter` times.
+fn simulated_failure(
+    seen: &Mutex<HashMap<String, u32>>,
+    query: Option<&str>,
+) -> Option<SimulatedFailure> {
+    let mut succeed_after = None;
+    let mut uuid = None;
+    let mut failure = SimulatedFailure {
+        status: None,
+        delay: Duration::ZERO,
+    };
+    for pair in query?.split('&') {
+        match pair.split_once('=') {
+            Some(("succeedAfter", value)) => succeed_after = value.parse::<u32>().ok(),
+            Some(("uuid", value)) => uuid = Some(value),
+            Some(("responseCode", value)) => {
+                failure.status = value
+                    .parse()
+                    .ok()
+                    .and_then(|c| StatusCode::from_u16(c).ok());
+            }
+            Some(("delayRetry", value)) => failure.delay = delay(value),
+            _ => {}
+        }
+    }
+    let (succeed_after, uuid) = (succeed_after?, uuid?);
+    let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+    let count = seen.entry(uuid.to_owned()).or_default();
+    *count += 1;
+    (*count <= succeed_after).then_some(failure)
+}
+
+/// `300ms` or `2s`; anything else is no delay.
+fn delay(text: &str) -> Duration {
+    let number = |digits: &str| digits.parse::<u64>().unwrap_or(0);
+    match text.strip_suffix("ms") {
+        Some(ms) => Duration::from_millis(number(ms)),
+        None => Duration::from_secs(number(text.strip_suffix('s').unwrap_or("0"))),
+    }
 }
 
 /// `/__testkit/halves/N?pause=MS[&chunked][&type=T]`.

@@ -13,7 +13,7 @@ pub use auth::{
     start_auth_service, start_forward_auth_server, FORWARD_AUTH_COOKIE, SESSION_COOKIE,
 };
 pub use body::{pattern, PatternBody, PausingBody, PATTERN_CHUNK};
-pub use client::{get, h2_send, h2c_client, http_client, send, Reply};
+pub use client::{get, h2_send, h2c_client, http_client, send, Reply, TestBody};
 pub use echo::{EchoBackend, EchoError};
 pub use load::{LoadReport, LoadRun};
 pub use raw::{RawBackend, RawBackendOptions, RawRequest};

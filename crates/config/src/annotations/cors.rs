@@ -1,6 +1,6 @@
 //! `enable-cors` and the `cors-*` annotations, with ingress-nginx's defaults.
 
-use sluice_routing::{Cors, OriginPattern};
+use sluice_routing::{Cors, CorsRules, OriginPattern};
 
 use super::keys::{PolicyKeys, Setting};
 use super::values::{parse_bool, Found, Report};
@@ -58,7 +58,7 @@ pub(crate) fn cors(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<Cor
                 |value| value.parse().ok(),
             )
             .unwrap_or(DEFAULT_MAX_AGE),
-        echo_wildcards: false,
+        rules: CorsRules::IngressNginx,
     })
 }
 
@@ -112,20 +112,36 @@ fn header_list(found: Option<Found<'_>>, default: &str, report: &mut Report<'_>)
 
 #[cfg(test)]
 mod tests {
-    use sluice_routing::OriginPattern;
+    use sluice_routing::{CorsRules, OriginPattern};
 
     #[test]
     fn wildcard_origins_match_exactly_one_more_label_with_the_same_scheme_and_port() {
+        let nginx = CorsRules::IngressNginx;
         let pattern = OriginPattern::parse("https://*.example.com").unwrap();
-        assert!(pattern.matches("https://app.example.com"));
-        assert!(!pattern.matches("https://a.b.example.com"));
-        assert!(!pattern.matches("https://example.com"));
-        assert!(!pattern.matches("http://app.example.com"));
-        assert!(!pattern.matches("https://app.example.com:8443"));
+        assert!(pattern.matches("https://app.example.com", nginx));
+        assert!(!pattern.matches("https://a.b.example.com", nginx));
+        assert!(!pattern.matches("https://example.com", nginx));
+        assert!(!pattern.matches("http://app.example.com", nginx));
+        assert!(!pattern.matches("https://app.example.com:8443", nginx));
         let exact = OriginPattern::parse("http://localhost:3000").unwrap();
-        assert!(exact.matches("http://localhost:3000"));
-        assert!(!exact.matches("http://localhost:3001"));
+        assert!(exact.matches("http://localhost:3000", nginx));
+        assert!(!exact.matches("http://localhost:3001", nginx));
         assert!(OriginPattern::parse("example.com").is_none());
         assert!(OriginPattern::parse("https://example.com/path").is_none());
+    }
+
+    /// The HTTPRoute CORS spec: a wildcard matches any number of labels left of `*`
+    /// (httproute-cors.go allows `https://xpto.www.bar.com` by `https://*.bar.com`).
+    #[test]
+    fn gateway_api_wildcard_origins_match_one_or_more_labels() {
+        let gateway = CorsRules::GatewayApi;
+        let pattern = OriginPattern::parse("https://*.bar.com").unwrap();
+        assert!(pattern.matches("https://www.bar.com", gateway));
+        assert!(pattern.matches("https://xpto.www.bar.com", gateway));
+        assert!(!pattern.matches("https://xpto.www.bar.com", CorsRules::IngressNginx));
+        assert!(!pattern.matches("https://bar.com", gateway));
+        assert!(!pattern.matches("https://foobar.com", gateway));
+        assert!(!pattern.matches("https://.bar.com", gateway));
+        assert!(!pattern.matches("http://www.bar.com", gateway));
     }
 }

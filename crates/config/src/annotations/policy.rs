@@ -73,6 +73,7 @@ fn upstream_timeouts(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Upstream
     };
     UpstreamTimeouts {
         connect: read(Setting::ProxyConnectTimeout, "--connect-timeout applies"),
+        request: None,
         send: read(Setting::ProxySendTimeout, "--body-idle-timeout applies"),
         read: read(
             Setting::ProxyReadTimeout,

@@ -40,6 +40,7 @@ pub(crate) fn retry_policy(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Re
     RetryPolicy {
         on,
         tries: tries.unwrap_or(RetryPolicy::DEFAULT_TRIES),
+        revisit: false,
         timeout: timeout.flatten(),
         per_try_timeout,
         response_buffer,

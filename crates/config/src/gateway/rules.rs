@@ -2,8 +2,8 @@
 
 use http::{HeaderName, Method};
 use sluice_routing::{
-    Cors, GatewayFilters, GatewayRedirect, HeaderChanges, OriginPattern, PathChange, PathMatch,
-    RequestMatch, RetryPolicy, StickyCookie, UpstreamTimeouts, ValueCondition,
+    Cors, CorsRules, GatewayFilters, GatewayRedirect, HeaderChanges, OriginPattern, PathChange,
+    PathMatch, RequestMatch, RetryPolicy, StickyCookie, UpstreamTimeouts, ValueCondition,
 };
 
 use super::types::{
@@ -320,7 +320,7 @@ fn cors(settings: &super::types::Cors, field: &str) -> Result<Cors, Unsupported>
             .then(|| settings.expose_headers.join(", ")),
         allow_credentials: settings.allow_credentials.unwrap_or(false),
         max_age: u64::from(settings.max_age.unwrap_or(5)),
-        echo_wildcards: true,
+        rules: CorsRules::GatewayApi,
     })
 }
 
@@ -353,6 +353,7 @@ pub(crate) fn rule_settings(
             &format!("{field}.timeouts.backendRequest"),
         )?;
         // The whole exchange: no response head (and no next attempt) past it.
+        settings.timeouts.request = request;
         settings.timeouts.read = request;
         settings.retry.timeout = request;
         // Each attempt to a backend.
@@ -382,7 +383,9 @@ fn duration(text: Option<&str>, field: &str) -> Result<Option<std::time::Duratio
 }
 
 /// `retry`: the statuses retried (as sluice's retry conditions), `attempts` retries after
-/// the first try, and the `backoff` before each. Connection failures stay retried, as before.
+/// the first try (the spec's "maximum number of times ... retried"), wherever they land: with
+/// every endpoint tried, a retry goes back to one (the one tried longest ago), so a Service of
+/// one pod is retried too; and the `backoff` before each. Connection failures stay retried.
 fn apply_retry(
     retry: &HttpRouteRetry,
     policy: &mut RetryPolicy,
@@ -418,6 +421,7 @@ fn apply_retry(
     if let Some(attempts) = retry.attempts {
         policy.tries = attempts.saturating_add(1);
     }
+    policy.revisit = true;
     policy.backoff = duration(retry.backoff.as_deref(), &format!("{field}.backoff"))?;
     Ok(())
 }

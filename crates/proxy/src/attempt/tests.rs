@@ -1,4 +1,4 @@
-//! One request's attempts against real endpoints on loopback: every way an ejected endpoint's trial can end resolves it, and endpoints waiting for their trial count against the ejection cap.
+//! One request's attempts against real endpoints on loopback: every way an ejected endpoint's trial can end resolves it, endpoints waiting for their trial count against the ejection cap, and where retries go once every endpoint was tried.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -296,5 +296,69 @@ async fn a_connect_that_times_out_counts_as_a_try_and_a_refused_one_does_not() {
         setup.runtime.metrics.retries(),
         3,
         "a refused connect costs nothing: every endpoint is tried"
+    );
+}
+
+/// The retry simulation's query: the first `fail` requests with this uuid answer `code`.
+fn failing(uuid: &str, code: u16, fail: u32) -> String {
+    format!("/retry?responseCode={code}&succeedAfter={fail}&uuid={uuid}")
+}
+
+#[tokio::test]
+async fn a_revisiting_route_retries_its_only_pod_up_to_its_tries() {
+    let (pod, only) = echo("only", 40).await;
+    let mut setup = Setup::new(std::slice::from_ref(&only));
+    setup.policy.retry.revisit = true;
+    setup.policy.retry.on.http_500 = true;
+    setup.policy.retry.tries = 4;
+
+    assert_eq!(setup.get(&failing("a", 500, 3), None).await, Ok(200));
+    assert_eq!(pod.requests(), 4, "three failures, then the answer");
+    assert_eq!(setup.get(&failing("b", 500, 4), None).await, Ok(500));
+    assert_eq!(pod.requests(), 8, "four tries in all, then the last 500");
+}
+
+#[tokio::test]
+async fn a_route_that_does_not_revisit_never_tries_one_pod_twice() {
+    let (pod, only) = echo("only", 41).await;
+    let mut setup = Setup::new(std::slice::from_ref(&only));
+    setup.policy.retry.on.http_500 = true;
+    setup.policy.retry.tries = 4;
+
+    assert_eq!(setup.get(&failing("a", 500, 1), None).await, Ok(500));
+    assert_eq!(pod.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_revisit_goes_to_the_pod_tried_longest_ago() {
+    let (a_pod, a) = echo("a", 42).await;
+    let (b_pod, b) = echo("b", 43).await;
+    let mut setup = Setup::new(&[a.clone(), b]);
+    setup.policy.retry.revisit = true;
+    setup.policy.retry.tries = 5;
+
+    // Each pod fails its first two: a, b, a, b fail; the fifth try (a) answers.
+    assert_eq!(
+        setup.get(&failing("shared", 503, 2), Some(&a)).await,
+        Ok(200)
+    );
+    assert_eq!((a_pod.requests(), b_pod.requests()), (3, 2));
+}
+
+#[tokio::test]
+async fn revisiting_a_refused_endpoint_costs_a_try_each_time() {
+    let dead = endpoint(closed(44));
+    let mut setup = Setup::new(std::slice::from_ref(&dead));
+    setup.policy.retry.revisit = true;
+    setup.policy.retry.tries = 3;
+
+    let answer = setup.get("/", None).await;
+    assert!(answer.is_err(), "{answer:?}");
+    // The first refusal is free, as refusals are (it put no load on the endpoint, and an
+    // untried endpoint could have been next); each revisit costs a try.
+    assert_eq!(
+        setup.runtime.metrics.retries(),
+        3,
+        "the try and three revisits"
     );
 }

@@ -388,6 +388,9 @@ pub(super) fn retry(
         RetryPolicy {
             on,
             tries: attempts,
+            // Traefik's retry goes through the load balancer again, which may pick the
+            // server that failed (the only one, with one pod).
+            revisit: true,
             timeout,
             backoff,
             ..RetryPolicy::default()

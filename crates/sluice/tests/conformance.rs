@@ -1,0 +1,575 @@
+//! Gateway API conformance tests set up as upstream sets them up (`conformance/base/manifests.yaml` and each test's manifest: its namespace, Gateway, route names, paths, backend Services and replica counts, the hosts, origins and query strings it sends), through the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Method;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use sluice_testkit::{http_client, send, EchoBackend, Reply, TestBody};
+use support::{free_port, pod_ip, wait_until, write_manifest, Sluice};
+
+const INFRA: &str = "gateway-conformance-infra";
+
+/// The address sluice binds the base Gateway at (`--gateway-address`): upstream's Gateways
+/// name no address.
+fn gateway_ip(n: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 4, n))
+}
+
+/// The base manifests' infra namespace and its `same-namespace` Gateway (one HTTP listener
+/// taking routes from its own namespace), on `port` instead of 80.
+fn base_gateway(port: u16) -> String {
+    format!(
+        "apiVersion: v1
+kind: Namespace
+metadata:
+  name: {INFRA}
+  labels: {{gateway-conformance: infra}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: sluice}}
+spec: {{controllerName: sluice.dev/gateway-controller}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: same-namespace
+  namespace: {INFRA}
+spec:
+  gatewayClassName: sluice
+  listeners:
+  - name: http
+    port: {port}
+    protocol: HTTP
+    allowedRoutes:
+      namespaces: {{from: Same}}
+"
+    )
+}
+
+/// A base-manifest backend Service (port 8080 to the echo server's 3000) with one pod per
+/// address, as its Deployment's replicas would be.
+fn backend_service(name: &str, pods: &[SocketAddr]) -> String {
+    let mut yaml = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {INFRA}}}
+spec:
+  selector: {{app: {name}}}
+  ports:
+  - {{protocol: TCP, port: 8080, targetPort: 3000}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-pods
+  namespace: {INFRA}
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports:
+- {{port: {}}}
+endpoints:
+",
+        pods[0].port()
+    );
+    for pod in pods {
+        yaml.push_str(&format!("- addresses: [\"{}\"]\n", pod.ip()));
+    }
+    yaml
+}
+
+/// `replicas` echo pods of Deployment `name`, each named `<name>-<n>` like a pod of it, all on
+/// one port.
+async fn deployment(name: &str, replicas: u8, first_ip: u8) -> Vec<EchoBackend> {
+    let port = free_port();
+    let mut pods = Vec::new();
+    for n in 0..replicas {
+        let addr = SocketAddr::new(pod_ip(first_ip + n), port);
+        pods.push(
+            EchoBackend::start_on(&format!("{name}-{n}"), addr)
+                .await
+                .unwrap(),
+        );
+    }
+    pods
+}
+
+fn addrs(pods: &[EchoBackend]) -> Vec<SocketAddr> {
+    pods.iter().map(EchoBackend::addr).collect()
+}
+
+fn received(pods: &[EchoBackend]) -> u64 {
+    pods.iter().map(EchoBackend::requests).sum()
+}
+
+/// sluice serving `documents`, its Gateway listener accepting at the returned address.
+async fn serve(
+    documents: &[String],
+    ip: IpAddr,
+    port: u16,
+) -> (tempfile::TempDir, Sluice, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(dir.path(), "conformance.yaml", documents);
+    let flag = ip.to_string();
+    let sluice = Sluice::start(dir.path(), &["--gateway-address", &flag]).await;
+    let socket = SocketAddr::new(ip, port);
+    wait_until(
+        &format!("{socket} to accept"),
+        Duration::from_secs(10),
+        || async move { tokio::net::TcpStream::connect(socket).await.is_ok() },
+    )
+    .await;
+    (dir, sluice, socket)
+}
+
+/// The harness's request: the Gateway address as the URL and the Host.
+async fn request(
+    client: &Client<HttpConnector, TestBody>,
+    socket: SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    send(
+        client,
+        method,
+        &format!("http://{socket}{path}"),
+        &socket.to_string(),
+        headers,
+        Bytes::new(),
+    )
+    .await
+    .unwrap()
+}
+
+/// `tests/httproute-retry.yaml`, `httproute-retry-connection-error.yaml` and
+/// `httproute-retry-with-timeouts.yaml` on the base manifests' `infra-backend-v3`, which has
+/// `replicas: 1`: every retry goes to that one pod. Each case of `httproute-retry.go` (and of
+/// the connection-error and timeout tests) with a fresh uuid, as the harness sends it; the
+/// pod's count shows how many tries the request took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_retry_retries_the_only_pod_of_infra_backend_v3() {
+    let v3 = deployment("infra-backend-v3", 1, 10).await;
+    let port = free_port();
+    let retries = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: retries, namespace: {INFRA}}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /retry/code-500-attempts-3}}}}]
+    retry: {{codes: [500], attempts: 3}}
+    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
+  - matches: [{{path: {{type: PathPrefix, value: /retry/code-all-attempts-2}}}}]
+    retry: {{codes: [500, 502, 503, 504], attempts: 2}}
+    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: retries-connection-error, namespace: {INFRA}}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /retry/no-status-code-attempts-3}}}}]
+    retry: {{attempts: 3}}
+    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: retries-with-timeouts, namespace: {INFRA}}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /retry/backend-request-timeout-200ms}}}}]
+    retry: {{attempts: 2}}
+    timeouts: {{backendRequest: 200ms}}
+    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
+  - matches: [{{path: {{type: PathPrefix, value: /retry/request-timeout-200ms}}}}]
+    retry: {{codes: [500], attempts: 5}}
+    timeouts: {{backendRequest: 200ms, request: 400ms}}
+    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
+"
+    );
+    let documents = [
+        base_gateway(port),
+        backend_service("infra-backend-v3", &addrs(&v3)),
+        retries,
+    ];
+    let (_dir, _sluice, socket) = serve(&documents, gateway_ip(1), port).await;
+    let client = http_client();
+    // (path, the simulation's query before the uuid, expected statuses, tries the pod sees,
+    // where timing does not make that vary)
+    let cases: [(&str, &str, &[u16], Option<u64>); 17] = [
+        (
+            "/retry/code-500-attempts-3",
+            "responseCode=500&succeedAfter=2",
+            &[200],
+            Some(3),
+        ),
+        (
+            "/retry/code-500-attempts-3",
+            "responseCode=500&succeedAfter=4",
+            &[500],
+            Some(4),
+        ),
+        (
+            "/retry/code-500-attempts-3",
+            "responseCode=503&succeedAfter=2",
+            &[503],
+            Some(1),
+        ),
+        (
+            "/retry/code-all-attempts-2",
+            "responseCode=500&succeedAfter=1",
+            &[200],
+            Some(2),
+        ),
+        (
+            "/retry/code-all-attempts-2",
+            "responseCode=500&succeedAfter=3",
+            &[500],
+            Some(3),
+        ),
+        (
+            "/retry/code-all-attempts-2",
+            "responseCode=502&succeedAfter=1",
+            &[200],
+            Some(2),
+        ),
+        (
+            "/retry/code-all-attempts-2",
+            "responseCode=502&succeedAfter=3",
+            &[502],
+            Some(3),
+        ),
+        (
+            "/retry/code-all-attempts-2",
+            "responseCode=503&succeedAfter=1",
+            &[200],
+            Some(2),
+        ),
+        (
+            "/retry/code-all-attempts-2",
+            "responseCode=503&succeedAfter=3",
+            &[503],
+            Some(3),
+        ),
+        (
+            "/retry/code-all-attempts-2",
+            "responseCode=504&succeedAfter=1",
+            &[200],
+            Some(2),
+        ),
+        (
+            "/retry/code-all-attempts-2",
+            "responseCode=504&succeedAfter=3",
+            &[504],
+            Some(3),
+        ),
+        (
+            "/retry/no-status-code-attempts-3",
+            "succeedAfter=2",
+            &[200],
+            Some(3),
+        ),
+        (
+            "/retry/no-status-code-attempts-3",
+            "succeedAfter=4",
+            &[500, 502, 503],
+            Some(4),
+        ),
+        (
+            "/retry/backend-request-timeout-200ms",
+            "responseCode=500&succeedAfter=2&delayRetry=300ms",
+            &[200],
+            Some(3),
+        ),
+        (
+            "/retry/backend-request-timeout-200ms",
+            "responseCode=500&succeedAfter=3&delayRetry=300ms",
+            &[504],
+            Some(3),
+        ),
+        (
+            "/retry/request-timeout-200ms",
+            "responseCode=500&succeedAfter=1",
+            &[200],
+            Some(2),
+        ),
+        (
+            "/retry/request-timeout-200ms",
+            "responseCode=500&succeedAfter=4&delayRetry=100ms",
+            &[504],
+            None,
+        ),
+    ];
+    for (index, (path, simulation, want, tries)) in cases.into_iter().enumerate() {
+        let query = format!("{simulation}&uuid=case-{index}");
+        let before = received(&v3);
+        let reply = request(
+            &client,
+            socket,
+            Method::GET,
+            &format!("{path}?{query}"),
+            &[],
+        )
+        .await;
+        assert!(
+            want.contains(&reply.status.as_u16()),
+            "case {index} {path}?{query}: {reply:?}"
+        );
+        if reply.status == 200 {
+            assert_eq!(reply.body.trim(), "infra-backend-v3-0", "case {index}");
+        }
+        if let Some(tries) = tries {
+            assert_eq!(received(&v3) - before, tries, "case {index} {path}?{query}");
+        }
+    }
+}
+
+/// `tests/httproute-cors.yaml` on the base manifests' `infra-backend-v1` (2 replicas), with the
+/// origins, methods and headers of each case of `httproute-cors.go`. Every preflight is answered
+/// by the Gateway: no pod sees one, the non-matching origin's included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_cors_answers_every_preflight_and_matches_multi_label_wildcards() {
+    let v1 = deployment("infra-backend-v1", 2, 20).await;
+    let port = free_port();
+    let rule = |name: &str, path: &str, cors: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {INFRA}}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - filters: [{{type: CORS, cors: {cors}}}]
+    matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+"
+        )
+    };
+    let mut both = rule(
+        "cors-wildcard-methods-headers",
+        "/cors-wildcard-methods-headers",
+        "{allowOrigins: [\"*\"], allowMethods: [\"*\"], allowHeaders: [\"*\"], allowCredentials: true}",
+    );
+    both.push_str(
+        "  - filters: [{type: CORS, cors: {allowOrigins: [\"*\"], allowMethods: [\"*\"], allowHeaders: [\"*\"], allowCredentials: false}}]
+    matches: [{path: {type: PathPrefix, value: /cors-wildcard-methods-headers-unauth}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+",
+    );
+    let documents = [
+        base_gateway(port),
+        backend_service("infra-backend-v1", &addrs(&v1)),
+        rule(
+            "cors-multiple-origins-methods-headers",
+            "/cors-1",
+            "{allowOrigins: [\"https://www.foo.com\", \"https://*.bar.com\"], allowMethods: [GET, OPTIONS], allowHeaders: [x-header-1, x-header-2], exposeHeaders: [x-header-3, x-header-4], allowCredentials: true, maxAge: 3600}",
+        ),
+        rule(
+            "cors-wildcard-methods",
+            "/cors-2",
+            "{allowOrigins: [\"https://www.foo.com\"], allowMethods: [\"*\"]}",
+        ),
+        rule(
+            "cors-wildcard-origin",
+            "/cors-wildcard-origin",
+            "{allowOrigins: [\"*\"], allowMethods: [PUT], allowCredentials: false}",
+        ),
+        both,
+    ];
+    let (_dir, _sluice, socket) = serve(&documents, gateway_ip(2), port).await;
+    let client = http_client();
+    let header = |reply: &Reply, name: &str| {
+        reply
+            .headers
+            .get(name)
+            .map(|value| value.to_str().unwrap().replace(' ', ""))
+    };
+    let preflight = |path: &'static str, origin: &'static str, method: &'static str| {
+        let client = client.clone();
+        async move {
+            let headers = [
+                ("origin", origin),
+                ("access-control-request-method", method),
+                ("access-control-request-headers", "x-header-1, x-header-2"),
+            ];
+            request(&client, socket, Method::OPTIONS, path, &headers).await
+        }
+    };
+
+    for origin in [
+        "https://www.foo.com",
+        "https://www.bar.com",
+        "https://xpto.www.bar.com",
+    ] {
+        let reply = preflight("/cors-1", origin, "GET").await;
+        assert!([200, 204].contains(&reply.status.as_u16()), "{reply:?}");
+        assert_eq!(
+            header(&reply, "access-control-allow-origin").as_deref(),
+            Some(origin)
+        );
+        let methods = header(&reply, "access-control-allow-methods");
+        assert!(
+            ["GET,OPTIONS", "OPTIONS,GET"].contains(&methods.as_deref().unwrap_or_default()),
+            "{methods:?}"
+        );
+        assert_eq!(
+            header(&reply, "access-control-allow-headers").as_deref(),
+            Some("x-header-1,x-header-2")
+        );
+        assert_eq!(
+            header(&reply, "access-control-expose-headers").as_deref(),
+            Some("x-header-3,x-header-4")
+        );
+        assert_eq!(
+            header(&reply, "access-control-max-age").as_deref(),
+            Some("3600")
+        );
+        assert_eq!(
+            header(&reply, "access-control-allow-credentials").as_deref(),
+            Some("true")
+        );
+    }
+    // The non-matching origin's preflight: answered here, no allow-origin, no pod involved.
+    let reply = request(
+        &client,
+        socket,
+        Method::OPTIONS,
+        "/cors-1",
+        &[
+            ("origin", "https://foobar.com"),
+            ("access-control-request-method", "GET"),
+        ],
+    )
+    .await;
+    assert!(
+        [200, 204, 403].contains(&reply.status.as_u16()),
+        "{reply:?}"
+    );
+    assert_eq!(header(&reply, "access-control-allow-origin"), None);
+    assert_eq!(received(&v1), 0, "no preflight reached a pod");
+
+    for (origin, allowed) in [
+        ("https://www.foo.com", true),
+        ("https://www.bar.com", true),
+        ("https://foobar.com", false),
+    ] {
+        let reply = request(
+            &client,
+            socket,
+            Method::GET,
+            "/cors-1",
+            &[("origin", origin), ("access-control-request-method", "GET")],
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert!(reply.body.starts_with("infra-backend-v1-"), "{reply:?}");
+        let expected = allowed.then_some(origin);
+        assert_eq!(
+            header(&reply, "access-control-allow-origin").as_deref(),
+            expected
+        );
+    }
+
+    let reply = preflight("/cors-2", "https://www.foo.com", "POST").await;
+    assert!([200, 204].contains(&reply.status.as_u16()), "{reply:?}");
+    let methods = header(&reply, "access-control-allow-methods");
+    assert!(["POST", "*"].contains(&methods.as_deref().unwrap_or_default()));
+    assert_eq!(
+        header(&reply, "access-control-allow-origin").as_deref(),
+        Some("https://www.foo.com")
+    );
+    assert_eq!(header(&reply, "access-control-allow-credentials"), None);
+
+    for origin in ["https://foobar.com", "https://foobar.com:12345"] {
+        let reply = preflight("/cors-wildcard-origin", origin, "PUT").await;
+        assert!([200, 204].contains(&reply.status.as_u16()), "{reply:?}");
+        let allow = header(&reply, "access-control-allow-origin").unwrap_or_default();
+        assert!(allow == origin || allow == "*", "{allow}");
+        assert_eq!(
+            header(&reply, "access-control-allow-methods").as_deref(),
+            Some("PUT")
+        );
+        assert_eq!(header(&reply, "access-control-allow-credentials"), None);
+        let reply = request(
+            &client,
+            socket,
+            Method::PUT,
+            "/cors-wildcard-origin",
+            &[("origin", origin)],
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let allow = header(&reply, "access-control-allow-origin").unwrap_or_default();
+        assert!(allow == origin || allow == "*", "{allow}");
+        assert_eq!(header(&reply, "access-control-allow-credentials"), None);
+    }
+
+    let reply = preflight(
+        "/cors-wildcard-methods-headers",
+        "https://other.foo.com",
+        "PUT",
+    )
+    .await;
+    assert!([200, 204].contains(&reply.status.as_u16()), "{reply:?}");
+    assert_eq!(
+        header(&reply, "access-control-allow-origin").as_deref(),
+        Some("https://other.foo.com")
+    );
+    assert_eq!(
+        header(&reply, "access-control-allow-methods").as_deref(),
+        Some("PUT")
+    );
+    assert_eq!(
+        header(&reply, "access-control-allow-headers").as_deref(),
+        Some("x-header-1,x-header-2")
+    );
+    assert_eq!(
+        header(&reply, "access-control-allow-credentials").as_deref(),
+        Some("true")
+    );
+    let reply = preflight(
+        "/cors-wildcard-methods-headers-unauth",
+        "https://other.foo.com",
+        "PUT",
+    )
+    .await;
+    assert!([200, 204].contains(&reply.status.as_u16()), "{reply:?}");
+    let allow = header(&reply, "access-control-allow-origin").unwrap_or_default();
+    assert!(["https://other.foo.com", "*"].contains(&allow.as_str()));
+    assert_eq!(header(&reply, "access-control-allow-credentials"), None);
+    assert_eq!(
+        received(&v1),
+        5,
+        "only the five simple requests reached a pod"
+    );
+
+    for (path, credentials) in [
+        ("/cors-wildcard-methods-headers", Some("true")),
+        ("/cors-wildcard-methods-headers-unauth", None),
+    ] {
+        let reply = request(
+            &client,
+            socket,
+            Method::GET,
+            path,
+            &[("origin", "https://other.foo.com")],
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let allow = header(&reply, "access-control-allow-origin").unwrap_or_default();
+        assert!(["https://other.foo.com", "*"].contains(&allow.as_str()));
+        assert_eq!(
+            header(&reply, "access-control-allow-credentials").as_deref(),
+            credentials
+        );
+    }
+}
