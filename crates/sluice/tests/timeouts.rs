@@ -195,6 +195,39 @@ async fn a_request_head_that_does_not_arrive_in_time_closes_the_connection() {
     assert_eq!(backend.connections(), 0);
 }
 
+/// An idle timeout far shorter than the header timeout: an idle spell that starts between two
+/// of the supervisor's looks is still noticed on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_timeout_shorter_than_the_header_timeout_closes_on_time() {
+    let backend = RawBackend::start(pod_ip(230)).await.unwrap();
+    let (_dir, sluice) = sluice_in_front_of(
+        backend.addr(),
+        &[
+            "--client-header-timeout",
+            "10s",
+            "--client-idle-timeout",
+            "1s",
+        ],
+    )
+    .await;
+    let mut stream = TcpStream::connect(sluice.listen).await.unwrap();
+    // A while into the connection, so that the idle spell starts between two looks.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_response(&mut stream).await.starts_with("HTTP/1.1 200"));
+    let started = std::time::Instant::now();
+    let idle = read_until_closed(&mut stream, Duration::from_secs(8)).await;
+    let took = started.elapsed();
+    assert!(idle.closed && idle.text.is_empty(), "{idle:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "closed {took:?} after the response, with a 1 s idle timeout"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keep_alive_connection_waits_for_the_idle_timeout_not_the_header_timeout() {
     let backend = RawBackend::start(pod_ip(96)).await.unwrap();

@@ -30,11 +30,12 @@ pub(crate) struct ClientTimeouts {
 }
 
 impl ClientTimeouts {
-    /// How often the supervisor looks at a connection at least. A head or a stalled write that
-    /// starts between two looks has its deadline after the second look, which then sleeps
-    /// until exactly that deadline.
+    /// How often the supervisor looks at a connection at least: the shortest timeout. A head,
+    /// an idle spell or a stalled write that starts between two looks has its deadline after
+    /// the second look, which then sleeps until exactly that deadline, whatever the ratio of
+    /// the timeouts.
     pub(crate) fn recheck(&self) -> Duration {
-        self.header.min(self.write_stall)
+        self.header.min(self.idle).min(self.write_stall)
     }
 }
 
