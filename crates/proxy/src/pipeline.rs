@@ -443,6 +443,10 @@ impl Proxy {
         };
         let (mut head, body) = response.into_parts();
         strip_hop_by_hop(&mut head.headers);
+        // A proxy answers in its own HTTP version (RFC 9110 §6.2), whatever the pod spoke: an
+        // HTTP/1.0 pod's answer keeps the client's connection alive, a body it ends by closing
+        // going out chunked.
+        head.version = http::Version::HTTP_11;
         context.endpoint = Some(endpoint);
         filters.on_response(context, &mut head, &self.scope());
         if let Some((client, upstream, protocol)) = switched {

@@ -409,3 +409,138 @@ async fn a_tunnel_request_gets_405() {
     assert_eq!(reply.status(), Some(405), "{}", reply.text);
     assert_eq!(backend.connections(), 0);
 }
+
+/// A pod that speaks HTTP/1.0 as Python's `http.server` does: it reads one request head,
+/// answers `HTTP/1.0 200 OK` with `head` (ending in the blank line) and `body`, and closes.
+async fn http_1_0_pod(head: &'static str, body: &'static str) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind((pod_ip(231), 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut received = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !received.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => received.extend_from_slice(&buffer[..read]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.0 200 OK\r\nServer: SimpleHTTP/0.6 Python/3.11\r\n{head}{body}"
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// Reads from `stream` until what came ends with `end`.
+async fn read_through(stream: &mut tokio::net::TcpStream, end: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !received.ends_with(end.as_bytes()) {
+        let read = tokio::time::timeout(WAIT, stream.read(&mut buffer))
+            .await
+            .expect("the response in time")
+            .unwrap();
+        assert!(
+            read > 0,
+            "closed after {:?}",
+            String::from_utf8_lossy(&received)
+        );
+        received.extend_from_slice(&buffer[..read]);
+    }
+    String::from_utf8(received).unwrap()
+}
+
+/// The content of a chunked body (without trailers).
+fn dechunk(mut body: &str) -> String {
+    let mut content = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(size, 16).expect("a hex chunk size");
+        if size == 0 {
+            assert_eq!(rest, "\r\n", "the last chunk ends the body");
+            return content;
+        }
+        content.push_str(&rest[..size]);
+        body = rest[size..]
+            .strip_prefix("\r\n")
+            .expect("CRLF after a chunk");
+    }
+}
+
+/// RFC 9110 §6.2: the client gets `HTTP/1.1` from the proxy whatever the pod spoke, and its
+/// keep-alive connection serves the next request; a body the pod ends by closing goes out
+/// chunked, one with `Content-Length` keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_pods_answer_reaches_the_client_as_http_1_1_on_a_kept_connection() {
+    use tokio::io::AsyncWriteExt;
+    let with_length = http_1_0_pod(
+        "Content-Type: text/plain\r\nContent-Length: 6\r\n\r\n",
+        "sized\n",
+    )
+    .await;
+    let close_delimited = http_1_0_pod(
+        "Content-Type: text/plain\r\n\r\n",
+        "ends when the pod closes\n",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            ingress(
+                "app",
+                "old.test",
+                &[
+                    ("/sized", "Prefix", "sized", 80),
+                    ("/close", "Prefix", "close", 80),
+                ],
+            ),
+            service("sized", 80, &[with_length]),
+            service("close", 80, &[close_delimited]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let mut client = tokio::net::TcpStream::connect(sluice.listen).await.unwrap();
+    for round in 0..2 {
+        client
+            .write_all(b"GET /close HTTP/1.1\r\nHost: old.test\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_through(&mut client, "\r\n0\r\n\r\n").await;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.starts_with("HTTP/1.1 200 OK\r\n"),
+            "round {round}: {head}"
+        );
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains("\r\ntransfer-encoding: chunked"), "{head}");
+        assert!(!head.contains("connection: close"), "{head}");
+        assert_eq!(dechunk(body), "ends when the pod closes\n");
+
+        client
+            .write_all(b"GET /sized HTTP/1.1\r\nHost: old.test\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_through(&mut client, "sized\n").await;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.starts_with("HTTP/1.1 200 OK\r\n"),
+            "round {round}: {head}"
+        );
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains("\r\ncontent-length: 6"), "{head}");
+        assert!(!head.contains("connection: close"), "{head}");
+        assert_eq!(body, "sized\n");
+    }
+}
