@@ -84,8 +84,24 @@ impl Access {
 
     /// Lets the request through, or answers it: 401 with a challenge, the auth service's 401
     /// or 403, a redirect to the sign-in page, 500 when the auth service fails, 503 when the
-    /// route's auth could not be read.
+    /// route's auth could not be read. On a route with basic or digest auth the pod never sees
+    /// the client's `Authorization`, however the request was admitted, as nginx.tmpl's
+    /// `proxy_set_header Authorization ""` next to `auth_basic` and `auth_digest` does (an auth
+    /// service's own `Authorization` answer header is still passed on).
     pub(crate) async fn check(
+        &self,
+        context: &RequestContext<'_>,
+        request: &Parts,
+        client: &OutboundClient,
+    ) -> Result<Grant, ProxyError> {
+        let mut grant = self.admit(context, request, client).await?;
+        if self.control.basic.is_some() {
+            grant.upstream_headers.insert(0, (AUTHORIZATION, None));
+        }
+        Ok(grant)
+    }
+
+    async fn admit(
         &self,
         context: &RequestContext<'_>,
         request: &Parts,

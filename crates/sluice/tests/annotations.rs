@@ -1171,6 +1171,86 @@ async fn digest_auth_signs_in_curl_with_an_htdigest_user() {
     assert_eq!(pods[0].requests(), 1);
 }
 
+/// nginx.tmpl sets `proxy_set_header Authorization "";` next to `auth_basic` and `auth_digest`:
+/// the pod never sees the client's credentials, signed in with curl's `-u` and `--digest`, or
+/// admitted by address under `satisfy any`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_and_digest_credentials_never_reach_the_pod() {
+    let pod = sluice_testkit::RawBackend::start(support::pod_ip(232))
+        .await
+        .unwrap();
+    let apr1 = openssl(
+        &["passwd", "-apr1", "-salt", "s4ltS4lt", "-stdin"],
+        "ana-pw",
+    );
+    let ha1 = openssl(&["dgst", "-md5", "-r"], "ana:Shop:ana-pw");
+    let ha1 = ha1.split_whitespace().next().unwrap().to_owned();
+    let auth = |kind: &'static str, secret: &'static str| {
+        [
+            ("nginx.ingress.kubernetes.io/auth-type", kind),
+            ("nginx.ingress.kubernetes.io/auth-secret", secret),
+            ("nginx.ingress.kubernetes.io/auth-realm", "Shop"),
+            (
+                "nginx.ingress.kubernetes.io/allowlist-source-range",
+                "127.0.0.0/8",
+            ),
+            ("nginx.ingress.kubernetes.io/satisfy", "any"),
+        ]
+    };
+    let (_dir, sluice) = serve_shop(&[
+        annotated_ingress(
+            "basic",
+            "shop.test",
+            &[("/basic", "Prefix", "web", 80)],
+            &auth("basic", "users")[..3],
+        ),
+        annotated_ingress(
+            "digest",
+            "shop.test",
+            &[("/digest", "Prefix", "web", 80)],
+            &auth("digest", "digest-users")[..3],
+        ),
+        annotated_ingress(
+            "any",
+            "shop.test",
+            &[("/any", "Prefix", "web", 80)],
+            &auth("basic", "users"),
+        ),
+        service("web", 80, &[pod.addr()]),
+        support::secret("users", None, &[("auth", &format!("ana:{apr1}\n"))]),
+        support::secret(
+            "digest-users",
+            None,
+            &[("auth", &format!("ana:Shop:{ha1}\n"))],
+        ),
+    ])
+    .await;
+    let curl = |flags: &[&str], path: &str| {
+        let output = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(flags)
+            .args(["-H", "Host: shop.test"])
+            .arg(sluice.url(path))
+            .output()
+            .unwrap();
+        String::from_utf8(output.stdout).unwrap()
+    };
+    assert_eq!(curl(&["-u", "ana:ana-pw"], "/basic"), "200");
+    assert_eq!(curl(&["--digest", "-u", "ana:ana-pw"], "/digest"), "200");
+    // Admitted by its address (loopback is in the allowlist), credentials sent all the same.
+    assert_eq!(curl(&["-u", "ana:wrong"], "/any"), "200");
+    let requests = pod.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        assert_eq!(
+            request.header_values("authorization"),
+            Vec::<&str>::new(),
+            "{}",
+            request.head
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_cache_key_keeps_the_auth_services_answer_per_key() {
     let pod = sluice_testkit::RawBackend::start(support::pod_ip(165))
