@@ -1,4 +1,4 @@
-//! ingress-nginx's `default-backend` and `custom-http-errors`: the default backend serves a route whose Service has no endpoints, and answers in place of the pod for the listed statuses.
+//! ingress-nginx's `default-backend` and `custom-http-errors`: the default backend serves a route whose Service has no endpoints (told so by `X-Code: 503` and the route's `X-*` headers), and answers in place of the pod for the listed statuses.
 
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_LENGTH, TRANSFER_ENCODING};
@@ -11,22 +11,71 @@ use crate::body::RequestBody;
 use crate::upstream::Wire;
 
 /// The route's target, or the same route served by its `default-backend` when its own
-/// backend has no endpoint to send to.
-pub(crate) fn serving_target<'r>(table: &'r RoutingTable, target: Target<'r>) -> Target<'r> {
+/// backend has no endpoint to send to; then also the backend it stands in for.
+pub(crate) fn serving_target<'r>(
+    table: &'r RoutingTable,
+    target: Target<'r>,
+) -> (Target<'r>, Option<&'r Backend>) {
     let Some(id) = target
         .policy
         .error_pages
         .as_ref()
         .and_then(|pages| pages.backend.as_ref())
     else {
-        return target;
+        return (target, None);
     };
     if !target.backend.endpoints().load().eligible().is_empty() {
-        return target;
+        return (target, None);
     }
     match table.backend_by_id(id) {
-        Some(backend) => Target { backend, ..target },
-        None => target,
+        Some(backend) => (Target { backend, ..target }, Some(target.backend)),
+        None => (target, None),
+    }
+}
+
+/// What the default backend serving a route without endpoints is told, as nginx.tmpl's
+/// `custom-default-backend-` locations tell it: `X-Code: 503`, `X-Format` (the `Accept`),
+/// `X-Namespace` and `X-Ingress-Name`, the `X-Service-Name` and `X-Service-Port` that had no
+/// endpoints, and `X-Original-URI`.
+pub(crate) fn tell_default_backend(
+    headers: &mut HeaderMap,
+    target: &Target<'_>,
+    replaced: &Backend,
+    original_uri: &str,
+) {
+    describe_request(headers, target, replaced, original_uri);
+    headers.insert(
+        HeaderName::from_static("x-code"),
+        HeaderValue::from(StatusCode::SERVICE_UNAVAILABLE.as_u16()),
+    );
+}
+
+/// The `X-*` headers both kinds of default-backend request carry: where the request was
+/// going, and the URI the client sent.
+fn describe_request(
+    headers: &mut HeaderMap,
+    target: &Target<'_>,
+    service: &Backend,
+    original_uri: &str,
+) {
+    let format = headers.get(ACCEPT).cloned();
+    let (namespace, ingress) = target
+        .ingress
+        .split_once('/')
+        .unwrap_or(("", target.ingress));
+    let (_, service, port) = service.id().parts();
+    let mut set = |name: &'static str, value: &str| {
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    };
+    set("x-original-uri", original_uri);
+    set("x-namespace", namespace);
+    set("x-ingress-name", ingress);
+    set("x-service-name", service);
+    set("x-service-port", port);
+    if let Some(format) = format {
+        headers.insert(HeaderName::from_static("x-format"), format);
     }
 }
 
@@ -52,25 +101,7 @@ impl ErrorPageRequest {
         let mut headers = upstream.headers.clone();
         headers.remove(CONTENT_LENGTH);
         headers.remove(TRANSFER_ENCODING);
-        let format = headers.get(ACCEPT).cloned();
-        let (namespace, ingress) = target
-            .ingress
-            .split_once('/')
-            .unwrap_or(("", target.ingress));
-        let (_, service, port) = target.backend.id().parts();
-        let mut set = |name: &'static str, value: &str| {
-            if let Ok(value) = HeaderValue::try_from(value) {
-                headers.insert(HeaderName::from_static(name), value);
-            }
-        };
-        set("x-original-uri", original_uri);
-        set("x-namespace", namespace);
-        set("x-ingress-name", ingress);
-        set("x-service-name", service);
-        set("x-service-port", port);
-        if let Some(format) = format {
-            headers.insert(HeaderName::from_static("x-format"), format);
-        }
+        describe_request(&mut headers, target, target.backend, original_uri);
         Some(Box::new(Self {
             version: upstream.version,
             head: upstream.method == Method::HEAD,

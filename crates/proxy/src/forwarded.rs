@@ -23,6 +23,8 @@ const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 /// The request id header, set on the request to the backend and on the response.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const X_FORWARDED_PREFIX: &str = "x-forwarded-";
+/// The longest client-sent `X-Request-ID` kept; a longer one is replaced.
+const MAX_KEPT_REQUEST_ID: usize = 200;
 
 /// The address ranges whose forwarding headers are believed (`--trusted-proxies`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -155,14 +157,17 @@ impl Forwarding {
                 .is_some_and(|proto| proto.as_bytes().eq_ignore_ascii_case(b"https"))
     }
 
-    /// The request id: a trusted peer's, else a new one (32 hex digits, as ingress-nginx's
-    /// `$request_id`).
+    /// The request id: the one the request carries, from any peer, as nginx.tmpl's
+    /// `map $http_x_request_id $req_id` keeps it (it identifies, it grants nothing), when it
+    /// is at most [`MAX_KEPT_REQUEST_ID`] bytes of visible ASCII; else a new one (32 hex
+    /// digits, as ingress-nginx's `$request_id`).
     pub(crate) fn request_id(&self, headers: &HeaderMap) -> HeaderValue {
-        let kept = self
-            .trusted
-            .then(|| headers.get(X_REQUEST_ID))
-            .flatten()
-            .filter(|value| !value.is_empty());
+        let kept = headers.get(X_REQUEST_ID).filter(|value| {
+            let bytes = value.as_bytes();
+            !bytes.is_empty()
+                && bytes.len() <= MAX_KEPT_REQUEST_ID
+                && bytes.iter().all(u8::is_ascii_graphic)
+        });
         match kept {
             Some(value) => value.clone(),
             None => new_request_id(),
@@ -291,6 +296,28 @@ mod tests {
         ("x-request-id", "chosen-by-client"),
     ];
 
+    fn request_id(sent: &str) -> String {
+        let (h, _) = forward(
+            &[("x-request-id", sent)],
+            "203.0.113.9:5000",
+            &TrustedProxies::default(),
+        );
+        h["x-request-id"].to_str().unwrap_or_default().to_owned()
+    }
+
+    /// nginx.tmpl keeps any client's `X-Request-ID` (`map $http_x_request_id $req_id`).
+    #[test]
+    fn any_clients_request_id_is_kept_unless_it_is_overlong_or_not_visible_ascii() {
+        assert_eq!(request_id("something-unique"), "something-unique");
+        for replaced in ["a b", &"x".repeat(201)] {
+            let id = request_id(replaced);
+            assert!(
+                id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{replaced:?} became {id}"
+            );
+        }
+    }
+
     #[test]
     fn an_untrusted_client_cannot_say_who_it_is() {
         let (h, forwarding) = forward(&SPOOFED, "203.0.113.9:5000", &TrustedProxies::default());
@@ -301,10 +328,9 @@ mod tests {
         assert_eq!(h["x-forwarded-port"], "8080");
         assert_eq!(h["x-real-ip"], "203.0.113.9");
         assert!(!h.contains_key("forwarded"));
-        let id = h["x-request-id"].to_str().unwrap_or_default();
-        assert!(
-            id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
-            "{id}"
+        assert_eq!(
+            h["x-request-id"], "chosen-by-client",
+            "an id claims nothing"
         );
     }
 

@@ -260,7 +260,7 @@ impl Proxy {
         // The route, its canary when the canary takes the request, and its default backend
         // when its own backend has no endpoints.
         let routed = canary_or_main(route(table, &inbound, &parts, context)?, &parts.headers);
-        let target = error_pages::serving_target(table, routed);
+        let (target, replaced) = error_pages::serving_target(table, routed);
         context.target = Some(target);
         let filters = Filters::of(target.policy);
         // Request filters.
@@ -315,6 +315,10 @@ impl Proxy {
         }
         if let Some(protocol) = upgrade {
             restore_upgrade_headers(&mut parts.headers, protocol);
+        }
+        if let Some(replaced) = replaced {
+            let original_uri = original_uri.as_deref().unwrap_or("/");
+            error_pages::tell_default_backend(&mut parts.headers, &target, replaced, original_uri);
         }
         let error_page =
             ErrorPageRequest::capture(&target, &parts, original_uri.as_deref().unwrap_or("/"));

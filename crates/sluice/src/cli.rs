@@ -149,7 +149,7 @@ pub struct ProxyArgs {
     /// HTTP/2 streams one client connection may have open at once.
     #[arg(long, default_value_t = sluice_proxy::DEFAULT_MAX_CONCURRENT_STREAMS, value_name = "N")]
     pub max_concurrent_streams: u32,
-    /// Peers whose X-Forwarded-*, Forwarded and X-Request-ID headers are believed
+    /// Peers whose X-Forwarded-* and Forwarded headers are believed
     /// (CIDR[,CIDR...]); from any other peer they are replaced.
     #[arg(long, default_value = "", value_parser = parse_trusted_proxies, value_name = "CIDR[,CIDR...]", hide_default_value = true)]
     pub trusted_proxies: TrustedProxies,

@@ -1672,6 +1672,56 @@ async fn custom_http_errors_ask_the_default_backend_as_ingress_nginx_does() {
     );
 }
 
+/// ingress-nginx's e2e `annotations/default_backend.go`, set up as upstream does: an Ingress
+/// named and hosted `default-backend` sends `/` to Service `invalid` port 80, which does not
+/// exist, with `default-backend` naming the echo Service. The echo pod must see `X-Code: 503`,
+/// the Ingress, the Service that had no endpoints and the client's request id, plus the rest
+/// of nginx.tmpl's `custom-default-backend-` block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_backend_of_a_service_without_endpoints_is_told_why() {
+    let echo = sluice_testkit::RawBackend::start(support::pod_ip(233))
+        .await
+        .unwrap();
+    let (_dir, sluice) = serve_shop(&[
+        annotated_ingress(
+            "default-backend",
+            "default-backend",
+            &[("/", "Prefix", "invalid", 80)],
+            &[("nginx.ingress.kubernetes.io/default-backend", "echo")],
+        ),
+        service("echo", 80, &[echo.addr()]),
+    ])
+    .await;
+    let reply = send(
+        &http_client(),
+        Method::GET,
+        &sluice.url("/alma/armud"),
+        "default-backend",
+        &[
+            ("x-request-id", "something-unique"),
+            ("accept", "text/html"),
+        ],
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let asked = echo.only_request();
+    assert_eq!(asked.request_line(), "GET /alma/armud HTTP/1.1");
+    for (name, value) in [
+        ("x-code", "503"),
+        ("x-ingress-name", "default-backend"),
+        ("x-service-name", "invalid"),
+        ("x-request-id", "something-unique"),
+        ("x-namespace", "default"),
+        ("x-service-port", "80"),
+        ("x-format", "text/html"),
+        ("x-original-uri", "/alma/armud"),
+    ] {
+        assert_eq!(asked.header_values(name), [value], "{name}: {}", asked.head);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_headers_come_from_a_config_map_and_follow_its_changes() {
     let pods = pods_on(&["web"], 175, 0).await;
