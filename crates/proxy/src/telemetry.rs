@@ -1,17 +1,38 @@
-//! The data plane's metrics: families registered once, and per-route handles resolved on a route's first request and kept on the published route, so recording a request allocates nothing.
+//! The data plane's metrics: families registered once and exported from the first scrape, and per-route handles resolved on a route's first request and kept on the published route, so recording a request allocates nothing.
 
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::{Method, StatusCode, Version};
-use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use sluice_routing::Target;
+
+/// A family exported from the first scrape: its `# HELP` and `# TYPE` lines appear before it
+/// has a series, so that alerts and `rate()` see zero rather than absence (the registry leaves
+/// out a family without series otherwise).
+#[derive(Debug)]
+pub(crate) struct Declared<M>(pub(crate) M);
+
+impl<M: EncodeMetric> EncodeMetric for Declared<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
 
 /// `namespace`, `ingress`, `service` and `port` of one route's series. Hashing uses a digest
 /// computed once, so a lookup hashes eight bytes, not four strings.
@@ -227,22 +248,22 @@ impl ProxyMetrics {
         registry.register(
             "requests",
             "Requests answered, by route, method and status code (routes are namespace, ingress, service and port; empty for requests that matched no route)",
-            self.requests.clone(),
+            Declared(self.requests.clone()),
         );
         registry.register(
             "request_duration_seconds",
             "Seconds from a request's head to the last byte of its response",
-            self.duration.clone(),
+            Declared(self.duration.clone()),
         );
         registry.register(
             "request_size_bytes",
             "Request body bytes, as declared by Content-Length",
-            self.request_size.clone(),
+            Declared(self.request_size.clone()),
         );
         registry.register(
             "response_size_bytes",
             "Response body bytes sent to the client",
-            self.response_size.clone(),
+            Declared(self.response_size.clone()),
         );
         registry.register(
             "upstream_connect_seconds",
@@ -252,7 +273,7 @@ impl ProxyMetrics {
         registry.register(
             "upstream_connect_errors",
             "Upstream connects that failed, by reason (refused, timeout, reset, unreachable, tls, other)",
-            self.connect_errors.clone(),
+            Declared(self.connect_errors.clone()),
         );
         registry.register(
             "upstream_reused_connections",
@@ -262,7 +283,7 @@ impl ProxyMetrics {
         registry.register(
             "retries",
             "Attempts sent to another endpoint after a failed one, by how the failed one ended",
-            self.retries.clone(),
+            Declared(self.retries.clone()),
         );
         registry.register(
             "retry_budget_exhausted",
@@ -441,12 +462,12 @@ impl ConnectionMetrics {
         registry.register(
             "open_connections",
             "Client connections open, by listener and protocol (pending: no request yet)",
-            self.open.clone(),
+            Declared(self.open.clone()),
         );
         registry.register(
             "tls_handshakes",
             "TLS handshakes with clients, by listener and result",
-            self.handshakes.clone(),
+            Declared(self.handshakes.clone()),
         );
     }
 

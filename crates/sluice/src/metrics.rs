@@ -207,11 +207,10 @@ impl Collector for ControlCollector {
             let up: Vec<(Labels, i64)> = watches
                 .iter()
                 .map(|watch| {
-                    let kind = watch.kind.to_owned();
-                    let labels = vec![
-                        ("kind", kind),
-                        ("namespace", watch.namespace.clone().unwrap_or_default()),
-                    ];
+                    let mut labels = vec![("kind", watch.kind.to_owned())];
+                    if let Some(namespace) = &watch.namespace {
+                        labels.push(("namespace", namespace.clone()));
+                    }
                     (
                         labels,
                         i64::from(watch.error.is_none() && watch.synced_once),
@@ -221,7 +220,7 @@ impl Collector for ControlCollector {
             gauge(
                 &mut encoder,
                 "watch_up",
-                "1 when a Kubernetes watch has synced and is not retrying after an error",
+                "1 when a watch (of a Kubernetes kind, or of the manifest directory) has synced and is not retrying after an error",
                 &up,
             )?;
         }

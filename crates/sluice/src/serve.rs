@@ -11,6 +11,7 @@ use sluice_proxy::{
     serve, serve_tls, AccessLog, AccessLogFormat, ListenerOptions, Proxy, ProxyOptions,
     ShutdownSignal, TlsTerminator,
 };
+use sluice_sources::kubernetes::{WatchId, WatchPhase, WatchRegistry};
 use sluice_sources::{watch_dir, DirChanges, ManifestDir};
 use tokio::net::TcpListener;
 
@@ -75,6 +76,7 @@ enum Source {
     Manifests {
         source: ManifestDir,
         changes: DirChanges,
+        watch: DirWatch,
     },
     Kubernetes(Box<KubeSource>),
 }
@@ -121,9 +123,15 @@ impl Server {
         let source = match &config.source {
             SourceConfig::Manifests(dir) => {
                 let changes = watch_dir(dir)?;
+                let watch = DirWatch::new(&control);
                 let mut source = ManifestDir::new(dir);
                 control.apply(source.load()?);
-                Source::Manifests { source, changes }
+                watch.loaded();
+                Source::Manifests {
+                    source,
+                    changes,
+                    watch,
+                }
             }
             SourceConfig::Kubernetes(kube) => {
                 let client = kube_source::client(kube).await?;
@@ -232,9 +240,11 @@ impl Server {
         ));
         tokio::spawn(mark_draining(shutdown.clone(), control.clone()));
         match source {
-            Source::Manifests { source, changes } => {
-                reload_until_shutdown(source, changes, &control, shutdown).await
-            }
+            Source::Manifests {
+                source,
+                changes,
+                watch,
+            } => reload_until_shutdown(source, changes, watch, &control, shutdown).await,
             Source::Kubernetes(source) => source.run(control.clone(), shutdown).await,
         }
         proxy_task.await.context("proxy listener task failed")?;
@@ -320,6 +330,7 @@ pub async fn run(config: ServeConfig, shutdown: ShutdownSignal) -> anyhow::Resul
 async fn reload_until_shutdown(
     mut source: ManifestDir,
     mut changes: DirChanges,
+    watch: DirWatch,
     control: &ControlPlane,
     shutdown: ShutdownSignal,
 ) {
@@ -337,6 +348,7 @@ async fn reload_until_shutdown(
             changed = changes.changed() => {
                 if !changed {
                     tracing::warn!(dir = %source.dir().display(), "manifest watcher stopped; serving the last good table without reloads");
+                    watch.failed("the directory watch stopped; no more reloads".to_owned());
                     stop.await;
                     return;
                 }
@@ -347,13 +359,42 @@ async fn reload_until_shutdown(
         retry_pending = match source.load() {
             Ok(load) => {
                 control.apply(load);
+                watch.loaded();
                 false
             }
             Err(error) => {
-                tracing::error!(error = %format!("{error:#}"), retry_in = ?RELOAD_RETRY, "reload failed; the last good table keeps serving");
+                let error = format!("{error:#}");
+                tracing::error!(%error, retry_in = ?RELOAD_RETRY, "reload failed; the last good table keeps serving");
+                watch.failed(error);
                 true
             }
         };
+    }
+}
+
+/// The manifest directory's watch, reported as one watch of kind `manifests` (in
+/// `/api/status` and as `sluice_watch_up{kind="manifests"}`): synced while the directory reads,
+/// retrying while it cannot be read or once its watcher has stopped.
+struct DirWatch {
+    registry: Arc<WatchRegistry>,
+    id: WatchId,
+}
+
+impl DirWatch {
+    fn new(control: &ControlPlane) -> Self {
+        let registry = Arc::new(WatchRegistry::default());
+        let id = registry.register("manifests", None);
+        control.set_watches(registry.clone());
+        Self { registry, id }
+    }
+
+    fn loaded(&self) {
+        self.registry.enter(self.id, WatchPhase::Synced, None);
+    }
+
+    fn failed(&self, error: String) {
+        self.registry
+            .enter(self.id, WatchPhase::Retrying, Some(error));
     }
 }
 

@@ -175,6 +175,65 @@ async fn every_metric_family_moves_with_traffic_retries_ejections_and_publishes(
     assert_eq!(sum_of(&scrape, "sluice_requests_total", &no_route), 1.0);
 }
 
+/// The `sluice_*` families docs/observability.md documents (its metrics section).
+fn documented_families() -> Vec<String> {
+    let doc = include_str!("../../../docs/observability.md");
+    let metrics = doc.split("## Access log").next().unwrap();
+    let mut families: Vec<String> = metrics
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|token| {
+            token.starts_with("sluice_")
+                && token.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        })
+        .map(str::to_owned)
+        .collect();
+    families.sort();
+    families.dedup();
+    families
+}
+
+/// Prometheus's guidance: every family from start. Before any request, a scrape already holds
+/// the `# TYPE` line of every documented family, and the manifest directory's watch is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_family_is_exported_before_the_first_request() {
+    let pods = pods_on(&["web"], 234, 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            ingress("app", "app.test", &[("/", "Prefix", "web", 80)]),
+            service("web", 80, &[pods[0].addr()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &["--metrics-per-endpoint"]).await;
+    let body = admin(&sluice, "/metrics", &[]).await.body;
+    let families = documented_families();
+    assert!(families.len() >= 28, "{families:?}");
+    let missing: Vec<&String> = families
+        .iter()
+        .filter(|family| {
+            !body.lines().any(|line| {
+                line.strip_prefix("# TYPE ")
+                    .and_then(|rest| rest.split(' ').next())
+                    == Some(family.as_str())
+            })
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not exported before traffic: {missing:?}\n{body}"
+    );
+    assert!(
+        body.lines()
+            .any(|line| line == "sluice_watch_up{kind=\"manifests\"} 1"),
+        "{body}"
+    );
+    assert_eq!(pods[0].requests(), 0, "no request was made");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_pod_address_is_a_label_without_the_per_endpoint_flag_and_openmetrics_is_negotiated() {
     let pods = pods_on(&["p"], 63, 0).await;

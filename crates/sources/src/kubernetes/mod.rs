@@ -14,5 +14,5 @@ pub use ingress_status::{
 };
 pub use watch::{
     gateway_api_resources, middleware_resources, start_watches, ServedResource, WatchEvent,
-    WatchId, WatchRegistry, WatchReport,
+    WatchId, WatchPhase, WatchRegistry, WatchReport,
 };

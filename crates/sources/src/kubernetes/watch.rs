@@ -86,7 +86,8 @@ impl WatchRegistry {
             .collect()
     }
 
-    fn register(&self, kind: &'static str, namespace: Option<&str>) -> WatchId {
+    /// Adds a watch of `kind` (in `namespace`, or cluster-wide), listing until it first syncs.
+    pub fn register(&self, kind: &'static str, namespace: Option<&str>) -> WatchId {
         let report = WatchReport {
             kind,
             namespace: namespace.map(str::to_owned),
@@ -103,7 +104,8 @@ impl WatchRegistry {
         WatchId(reports.len() - 1)
     }
 
-    fn enter(&self, watch: WatchId, phase: WatchPhase, error: Option<String>) {
+    /// Moves `watch` to `phase`, with the error it is retrying after.
+    pub fn enter(&self, watch: WatchId, phase: WatchPhase, error: Option<String>) {
         let mut reports = self
             .0
             .lock()
