@@ -48,12 +48,15 @@ use routes::*;
 /// The `controllerName` sluice serves by default (`--gateway-controller-name`).
 pub const DEFAULT_GATEWAY_CONTROLLER: &str = "sluice.dev/gateway-controller";
 
-/// The feature names sluice passes, as `GatewayClass.status.supportedFeatures` lists them.
+/// The feature names sluice passes, as `GatewayClass.status.supportedFeatures` lists them: the
+/// features of the conformance tests docs/gateway-api.md says pass (checked by
+/// `tests/supported_features.rs`), in ascending order as the field requires.
 pub const SUPPORTED_FEATURES: &[&str] = &[
+    "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
     "Gateway",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
-    "GRPCRoute",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
@@ -64,6 +67,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteBackendRequestRedirect",
     "HTTPRouteBackendTimeout",
     "HTTPRouteCORS",
+    "HTTPRouteDestinationPortMatching",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
     "HTTPRouteNamedRouteRule",
