@@ -74,12 +74,23 @@ fn the_supported_features_are_those_of_the_passing_tests() {
     );
 }
 
+/// The profiles' core features, which an implementation lists whatever it fails: a test that
+/// does not pass and needs only these is a known failure the page must explain.
+const CORE: [&str; 4] = ["Gateway", "HTTPRoute", "ReferenceGrant", "GRPCRoute"];
+
 #[test]
-fn no_listed_feature_has_a_test_that_does_not_pass() {
+fn no_listed_extended_feature_has_a_test_that_does_not_pass() {
     let listed: BTreeSet<&str> = SUPPORTED_FEATURES.iter().copied().collect();
     for (features, status) in test_rows() {
         if !status.starts_with("pass") {
-            let claimed: Vec<_> = features.intersection(&listed).collect();
+            assert!(
+                status.starts_with("not yet: "),
+                "a status says why: {status:?}"
+            );
+            let claimed: Vec<_> = features
+                .intersection(&listed)
+                .filter(|feature| !CORE.contains(feature))
+                .collect();
             assert!(
                 claimed.is_empty(),
                 "a test of {claimed:?} is {status:?}: the suite would run and fail it"

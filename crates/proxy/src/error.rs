@@ -18,6 +18,11 @@ pub enum ProxyError {
     ConnectFailed(#[source] std::io::Error),
     #[error("upstream connection failed")]
     UpstreamFailed(#[source] hyper::Error),
+    /// On a Gateway API route, a connect or an exchange that failed before the response head:
+    /// 503, as Envoy answers it and the conformance suite's connection-error retry test
+    /// expects. Ingress routes keep nginx's 502.
+    #[error("upstream unavailable")]
+    UpstreamUnavailable(#[source] Box<ProxyError>),
     #[error("upstream connect timed out")]
     ConnectTimeout,
     #[error("the upstream cut its response off")]
@@ -93,7 +98,7 @@ impl ProxyError {
         match self {
             Self::NoRoute => StatusCode::NOT_FOUND,
             Self::InvalidBackendRef => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
+            Self::NoEndpoints | Self::UpstreamUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::ConnectFailed(_) | Self::UpstreamFailed(_) | Self::ResponseCut(_) => {
                 StatusCode::BAD_GATEWAY
             }
@@ -125,6 +130,9 @@ impl ProxyError {
             Self::NoEndpoints => "503 no endpoints available\n",
             Self::ConnectFailed(_) => "502 upstream connect failed\n",
             Self::UpstreamFailed(_) => "502 upstream connection failed\n",
+            Self::UpstreamUnavailable(_) => {
+                "503 upstream connect error or disconnect before headers\n"
+            }
             Self::ResponseCut(_) => "502 upstream response cut off\n",
             Self::ConnectTimeout => "504 upstream connect timed out\n",
             Self::ResponseTimeout => "504 upstream response timed out\n",
@@ -153,6 +161,17 @@ impl ProxyError {
             Self::Limited { .. } => "request limited\n",
             Self::Redirect { .. } => "redirecting\n",
             Self::Answered(_) => "",
+        }
+    }
+
+    /// This error as a Gateway API route answers it: a connect or an exchange that failed
+    /// before the response head is [`Self::UpstreamUnavailable`].
+    pub(crate) fn on_gateway_route(self) -> Self {
+        match self {
+            Self::ConnectFailed(_) | Self::UpstreamFailed(_) => {
+                Self::UpstreamUnavailable(Box::new(self))
+            }
+            other => other,
         }
     }
 

@@ -70,6 +70,7 @@ fn status_of(error: &ProxyError) -> u8 {
         ProxyError::NoEndpoints
         | ProxyError::ConnectFailed(_)
         | ProxyError::UpstreamFailed(_)
+        | ProxyError::UpstreamUnavailable(_)
         | ProxyError::ResponseCut(_)
         | ProxyError::ConnectTimeout
         | ProxyError::Misdirected
