@@ -136,7 +136,8 @@ pub(crate) struct Exchange<'a> {
     candidates: Option<Candidates>,
     /// Endpoints tried, and endpoints skipped because they are ejected.
     skip: Vec<Endpoint>,
-    /// Endpoints tried, the one tried longest ago first.
+    /// Endpoints tried, the one tried longest ago first; kept only on a route whose retries
+    /// revisit, so that other requests allocate nothing for it.
     tried: Vec<Endpoint>,
     pinned: Option<Endpoint>,
     /// Attempts made.
@@ -433,8 +434,10 @@ impl<'a> Exchange<'a> {
     async fn attempt(&mut self, pick: &Pick) -> Result<Answer, Failure> {
         let (endpoint, runtime) = (&pick.endpoint, &pick.runtime);
         self.skip.push(endpoint.clone());
-        self.tried.retain(|tried| tried != endpoint);
-        self.tried.push(endpoint.clone());
+        if self.policy.retry.revisit {
+            self.tried.retain(|tried| tried != endpoint);
+            self.tried.push(endpoint.clone());
+        }
         self.last_tried = Some(endpoint.clone());
         let in_flight = runtime.stats.begin();
         let pooled = if pick.fresh {
