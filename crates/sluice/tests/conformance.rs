@@ -620,3 +620,56 @@ spec:
         assert_eq!(condition["status"], "True", "{kind}: {report}");
     }
 }
+
+/// `tests/httproute-timeout-request.yaml` and `httproute-timeout-backend-request.yaml`
+/// (HTTPRouteTimeoutRequest, HTTPRouteTimeoutBackendRequest) on the base manifests'
+/// `infra-backend-v1` (2 replicas), with the echo server's `?delay=1s`: 500 ms answers 504 for
+/// a pod that takes 1 s and 200 for a fast one, and `"0s"` disables the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_timeouts_answer_504_past_them_and_0s_disables_them() {
+    let v1 = deployment("infra-backend-v1", 2, 40).await;
+    let port = free_port();
+    let route = |name: &str, prefix: &str, field: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {INFRA}}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /{prefix}}}}}]
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+    timeouts: {{{field}: 500ms}}
+  - matches: [{{path: {{type: PathPrefix, value: /disable-{prefix}}}}}]
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+    timeouts: {{{field}: \"0s\"}}
+"
+        )
+    };
+    let documents = [
+        base_gateway(port),
+        backend_service("infra-backend-v1", &addrs(&v1)),
+        route("request-timeout", "request-timeout", "request"),
+        route(
+            "backend-request-timeout",
+            "backend-timeout",
+            "backendRequest",
+        ),
+    ];
+    let (_dir, _sluice, socket) = serve(&documents, gateway_ip(4), port).await;
+    let client = http_client();
+    for prefix in ["request-timeout", "backend-timeout"] {
+        let cases = [
+            (format!("/{prefix}"), 200),
+            (format!("/{prefix}?delay=1s"), 504),
+            (format!("/disable-{prefix}?delay=1s"), 200),
+        ];
+        for (path, status) in cases {
+            let reply = request(&client, socket, Method::GET, &path, &[]).await;
+            assert_eq!(reply.status, status, "{path}: {reply:?}");
+            if status == 200 {
+                assert!(reply.body.starts_with("infra-backend-v1-"), "{reply:?}");
+            }
+        }
+    }
+}

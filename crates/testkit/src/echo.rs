@@ -11,7 +11,8 @@
 //! - `/__testkit/hop-headers` answers with hop-by-hop headers a proxy must strip
 //!   (`Connection: x-hop-secret`, `X-Hop-Secret`, `Keep-Alive`) next to `X-Kept: yes`.
 //!
-//! On any path, the query `succeedAfter=K&uuid=U[&responseCode=N][&delayRetry=D]` is the retry
+//! On any path, the query `delay=D` (such as `1s` or `300ms`) waits D before answering, as the
+//! Gateway API conformance echo server does; and the query `succeedAfter=K&uuid=U[&responseCode=N][&delayRetry=D]` is the retry
 //! simulation of the Gateway API conformance echo server: the first K requests carrying uuid U
 //! wait D (such as `300ms`) and answer N (without `responseCode`, they close the connection
 //! unanswered); the later ones are answered as usual.
@@ -155,6 +156,14 @@ async fn answer(
     request: Request<Incoming>,
 ) -> Result<Response<EchoBody>, EchoError> {
     let path = request.uri().path().to_owned();
+    let delayed = request.uri().query().and_then(|query| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("delay="))
+    });
+    if let Some(wait) = delayed {
+        tokio::time::sleep(delay(wait)).await;
+    }
     if let Some(len) = path.strip_prefix("/__testkit/bytes/") {
         let len = len.parse().map_err(|_| EchoError("bad length"))?;
         return Ok(Response::new(Either::Right(Either::Left(
