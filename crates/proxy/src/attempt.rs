@@ -196,9 +196,14 @@ impl<'a> Exchange<'a> {
     }
 
     /// Tries candidates until one answers in a way that is not retried, or the rules stop it.
-    /// Either way, says how many attempts it made and which endpoint it tried last.
+    /// Either way, says how many attempts it made and which endpoint it tried last; a failure
+    /// carries the status the route's policy answers it with.
     pub(crate) async fn run(mut self) -> Attempted {
-        let result = self.attempt_all().await;
+        let status = self.policy.upstream_failure_status;
+        let result = self
+            .attempt_all()
+            .await
+            .map_err(|error| error.answered_as(status));
         Attempted {
             result,
             attempts: self.attempts,

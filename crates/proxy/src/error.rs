@@ -1,7 +1,7 @@
 //! Why the proxy answered a request itself, and the status and short text body it answers with.
 
 use http::StatusCode;
-use sluice_routing::PathError;
+use sluice_routing::{PathError, UpstreamFailureStatus};
 
 /// A request the proxy could not forward.
 #[derive(Debug, thiserror::Error)]
@@ -18,9 +18,9 @@ pub enum ProxyError {
     ConnectFailed(#[source] std::io::Error),
     #[error("upstream connection failed")]
     UpstreamFailed(#[source] hyper::Error),
-    /// On a Gateway API route, a connect or an exchange that failed before the response head:
-    /// 503, as Envoy answers it and the conformance suite's connection-error retry test
-    /// expects. Ingress routes keep nginx's 502.
+    /// A connect or an exchange that failed before the response head, on a route whose policy
+    /// answers that 503 (`UpstreamFailureStatus::ServiceUnavailable`: Gateway API routes, as
+    /// Envoy answers). Ingress routes keep nginx's 502.
     #[error("upstream unavailable")]
     UpstreamUnavailable(#[source] Box<ProxyError>),
     #[error("upstream connect timed out")]
@@ -164,14 +164,16 @@ impl ProxyError {
         }
     }
 
-    /// This error as a Gateway API route answers it: a connect or an exchange that failed
-    /// before the response head is [`Self::UpstreamUnavailable`].
-    pub(crate) fn on_gateway_route(self) -> Self {
-        match self {
-            Self::ConnectFailed(_) | Self::UpstreamFailed(_) => {
-                Self::UpstreamUnavailable(Box::new(self))
-            }
-            other => other,
+    /// This error as a route whose policy answers upstream failures with `status` gives it:
+    /// with 503, a connect or an exchange that failed before the response head is
+    /// [`Self::UpstreamUnavailable`].
+    pub(crate) fn answered_as(self, status: UpstreamFailureStatus) -> Self {
+        match (self, status) {
+            (
+                failed @ (Self::ConnectFailed(_) | Self::UpstreamFailed(_)),
+                UpstreamFailureStatus::ServiceUnavailable,
+            ) => Self::UpstreamUnavailable(Box::new(failed)),
+            (other, _) => other,
         }
     }
 

@@ -358,19 +358,15 @@ impl Proxy {
         };
         context.attempts = attempted.attempts;
         context.tried = attempted.last_tried;
-        let mut result = attempted.result;
-        if target.policy.gateway.is_some() {
-            result = result.map_err(ProxyError::on_gateway_route);
-        }
         let result = match filters
             .middlewares()
             .filter(|chain| chain.has_error_pages())
         {
             Some(chain) => {
                 let scope = (table, &target, settings, forwarding.real_client);
-                Box::pin(traefik_error_page(chain, result, context, scope)).await
+                Box::pin(traefik_error_page(chain, attempted.result, context, scope)).await
             }
-            None => result,
+            None => attempted.result,
         };
         let mut answer = result?;
         let status = answer.response.status();

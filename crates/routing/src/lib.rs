@@ -37,7 +37,7 @@ pub use policy::{
     Balancer, Cors, CorsRules, ErrorPages, GatewayFilters, GatewayMirror, GatewayRedirect, HashKey,
     HeaderChanges, Listeners, OriginPattern, PathChange, RateLimits, Redirect, RequestEdits,
     RetryOn, RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict, StickyCookie,
-    TlsPolicy, UpstreamProtocol, UpstreamTimeouts, UpstreamTls,
+    TlsPolicy, UpstreamFailureStatus, UpstreamProtocol, UpstreamTimeouts, UpstreamTls,
 };
 pub use table::{
     BackendIndex, Canary, CanaryRoute, GatewayMiss, Route, RoutingTable, TableBuilder, Target,

@@ -55,6 +55,10 @@ pub struct RoutePolicy {
     /// The filters of a Gateway API route rule and backendRef.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway: Option<Arc<GatewayFilters>>,
+    /// What the client gets when the endpoint could not be reached, or failed before its
+    /// response head, and no attempt is left.
+    #[serde(skip_serializing_if = "UpstreamFailureStatus::is_bad_gateway")]
+    pub upstream_failure_status: UpstreamFailureStatus,
     /// What sluice cannot honour that restricts access or routing on this route (a snippet,
     /// a WAF switch, a Traefik middleware, another controller's action), in a few words: the
     /// route answers every request 503 rather than serve open what was meant to be protected.
@@ -67,6 +71,25 @@ pub struct RoutePolicy {
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
+}
+
+/// The status of an answer no endpoint gave: a connect that failed, or an exchange that failed
+/// before the response head.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamFailureStatus {
+    /// 502, as nginx answers (Ingress routes).
+    #[default]
+    BadGateway,
+    /// 503, as Envoy answers and the Gateway API conformance suite's connection-error retry
+    /// test expects (Gateway API routes).
+    ServiceUnavailable,
+}
+
+impl UpstreamFailureStatus {
+    fn is_bad_gateway(&self) -> bool {
+        *self == Self::BadGateway
+    }
 }
 
 /// The HTTPRoute filters sluice applies itself: header modifiers, redirect and rewrite.

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use sluice_routing::{
     Backend, BackendId, BackendMode, Certificate, EndpointSet, GatewayFilters, GatewayMirror,
     GatewayRule, HostPattern, RequestMatch, RoutePolicy, RuleAction, RulePrecedence, TableBuilder,
-    TlsSite, UpstreamProtocol, WeightedBackend,
+    TlsSite, UpstreamFailureStatus, UpstreamProtocol, WeightedBackend,
 };
 
 use super::backend::{

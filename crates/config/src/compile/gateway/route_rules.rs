@@ -263,6 +263,7 @@ pub(super) fn policy_of(
     filters.session_header = settings.session_header.clone();
     Arc::new(RoutePolicy {
         gateway: Some(Arc::new(filters)),
+        upstream_failure_status: UpstreamFailureStatus::ServiceUnavailable,
         cors,
         retry: settings.retry.clone(),
         timeouts: settings.timeouts,
