@@ -83,6 +83,14 @@ endpoints:
     yaml
 }
 
+/// An HTTPRoute `name` in the infra namespace attached to `same-namespace`, with `rules` (YAML
+/// list items, indented two spaces), as upstream's test manifests write them.
+fn infra_route(name: &str, rules: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  parentRefs: [{{name: same-namespace}}]\n  rules:\n{rules}"
+    )
+}
+
 /// `replicas` echo pods of Deployment `name`, each named `<name>-<n>` like a pod of it, all on
 /// one port.
 async fn deployment(name: &str, replicas: u8, first_ip: u8) -> Vec<EchoBackend> {
@@ -156,50 +164,41 @@ async fn request(
 async fn httproute_retry_retries_the_only_pod_of_infra_backend_v3() {
     let v3 = deployment("infra-backend-v3", 1, 10).await;
     let port = free_port();
-    let retries = format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: retries, namespace: {INFRA}}}
-spec:
-  parentRefs: [{{name: same-namespace}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: /retry/code-500-attempts-3}}}}]
-    retry: {{codes: [500], attempts: 3}}
-    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
-  - matches: [{{path: {{type: PathPrefix, value: /retry/code-all-attempts-2}}}}]
-    retry: {{codes: [500, 502, 503, 504], attempts: 2}}
-    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: retries-connection-error, namespace: {INFRA}}}
-spec:
-  parentRefs: [{{name: same-namespace}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: /retry/no-status-code-attempts-3}}}}]
-    retry: {{attempts: 3}}
-    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: retries-with-timeouts, namespace: {INFRA}}}
-spec:
-  parentRefs: [{{name: same-namespace}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: /retry/backend-request-timeout-200ms}}}}]
-    retry: {{attempts: 2}}
-    timeouts: {{backendRequest: 200ms}}
-    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
-  - matches: [{{path: {{type: PathPrefix, value: /retry/request-timeout-200ms}}}}]
-    retry: {{codes: [500], attempts: 5}}
-    timeouts: {{backendRequest: 200ms, request: 400ms}}
-    backendRefs: [{{name: infra-backend-v3, port: 8080}}]
-"
+    let retries = infra_route(
+        "retries",
+        "  - matches: [{path: {type: PathPrefix, value: /retry/code-500-attempts-3}}]
+    retry: {codes: [500], attempts: 3}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-2}}]
+    retry: {codes: [500, 502, 503, 504], attempts: 2}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+",
+    );
+    let connection_error = infra_route(
+        "retries-connection-error",
+        "  - matches: [{path: {type: PathPrefix, value: /retry/no-status-code-attempts-3}}]
+    retry: {attempts: 3}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+",
+    );
+    let with_timeouts = infra_route(
+        "retries-with-timeouts",
+        "  - matches: [{path: {type: PathPrefix, value: /retry/backend-request-timeout-200ms}}]
+    retry: {attempts: 2}
+    timeouts: {backendRequest: 200ms}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/request-timeout-200ms}}]
+    retry: {codes: [500], attempts: 5}
+    timeouts: {backendRequest: 200ms, request: 400ms}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+",
     );
     let documents = [
         base_gateway(port),
         backend_service("infra-backend-v3", &addrs(&v3)),
         retries,
+        connection_error,
+        with_timeouts,
     ];
     let (_dir, _sluice, socket) = serve(&documents, gateway_ip(1), port).await;
     let client = http_client();
@@ -341,17 +340,14 @@ async fn httproute_cors_answers_every_preflight_and_matches_multi_label_wildcard
     let v1 = deployment("infra-backend-v1", 2, 20).await;
     let port = free_port();
     let rule = |name: &str, path: &str, cors: &str| {
-        format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: {name}, namespace: {INFRA}}}
-spec:
-  parentRefs: [{{name: same-namespace}}]
-  rules:
-  - filters: [{{type: CORS, cors: {cors}}}]
+        infra_route(
+            name,
+            &format!(
+                "  - filters: [{{type: CORS, cors: {cors}}}]
     matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
     backendRefs: [{{name: infra-backend-v1, port: 8080}}]
 "
+            ),
         )
     };
     let mut both = rule(
@@ -649,19 +645,14 @@ impl Case {
 async fn httproute_no_backend_refs_answers_500_for_rules_without_backends() {
     let v1 = deployment("infra-backend-v1", 2, 30).await;
     let port = free_port();
-    let route = format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: omitted-backendrefs, namespace: {INFRA}}}
-spec:
-  parentRefs: [{{name: same-namespace}}]
-  rules:
-  - matches: [{{path: {{type: Exact, value: /omitted-no-forward}}}}]
-  - matches: [{{path: {{type: Exact, value: /empty-no-forward}}}}]
+    let route = infra_route(
+        "omitted-backendrefs",
+        "  - matches: [{path: {type: Exact, value: /omitted-no-forward}}]
+  - matches: [{path: {type: Exact, value: /empty-no-forward}}]
     backendRefs: []
-  - matches: [{{path: {{type: PathPrefix, value: /}}}}]
-    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
-"
+  - matches: [{path: {type: PathPrefix, value: /}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+",
     );
     let documents = [
         base_gateway(port),
@@ -698,20 +689,17 @@ async fn httproute_timeouts_answer_504_past_them_and_0s_disables_them() {
     let v1 = deployment("infra-backend-v1", 2, 40).await;
     let port = free_port();
     let route = |name: &str, prefix: &str, field: &str| {
-        format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: {name}, namespace: {INFRA}}}
-spec:
-  parentRefs: [{{name: same-namespace}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: /{prefix}}}}}]
+        infra_route(
+            name,
+            &format!(
+                "  - matches: [{{path: {{type: PathPrefix, value: /{prefix}}}}}]
     backendRefs: [{{name: infra-backend-v1, port: 8080}}]
     timeouts: {{{field}: 500ms}}
   - matches: [{{path: {{type: PathPrefix, value: /disable-{prefix}}}}}]
     backendRefs: [{{name: infra-backend-v1, port: 8080}}]
     timeouts: {{{field}: \"0s\"}}
 "
+            ),
         )
     };
     let documents = [

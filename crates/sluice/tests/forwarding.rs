@@ -491,7 +491,6 @@ fn dechunk(mut body: &str) -> String {
 /// chunked, one with `Content-Length` keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_1_0_pods_answer_reaches_the_client_as_http_1_1_on_a_kept_connection() {
-    use tokio::io::AsyncWriteExt;
     let with_length = http_1_0_pod(
         "Content-Type: text/plain\r\nContent-Length: 6\r\n\r\n",
         "sized\n",
@@ -522,34 +521,34 @@ async fn an_http_1_0_pods_answer_reaches_the_client_as_http_1_1_on_a_kept_connec
     let sluice = Sluice::start(dir.path(), &[]).await;
     let mut client = tokio::net::TcpStream::connect(sluice.listen).await.unwrap();
     for round in 0..2 {
-        client
-            .write_all(b"GET /close HTTP/1.1\r\nHost: old.test\r\n\r\n")
-            .await
-            .unwrap();
-        let answer = read_through(&mut client, "\r\n0\r\n\r\n").await;
-        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-        assert!(
-            head.starts_with("HTTP/1.1 200 OK\r\n"),
-            "round {round}: {head}"
-        );
-        let head = head.to_ascii_lowercase();
+        let (head, body) = kept_answer(&mut client, "/close", "\r\n0\r\n\r\n", round).await;
         assert!(head.contains("\r\ntransfer-encoding: chunked"), "{head}");
-        assert!(!head.contains("connection: close"), "{head}");
-        assert_eq!(dechunk(body), "ends when the pod closes\n");
-
-        client
-            .write_all(b"GET /sized HTTP/1.1\r\nHost: old.test\r\n\r\n")
-            .await
-            .unwrap();
-        let answer = read_through(&mut client, "sized\n").await;
-        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-        assert!(
-            head.starts_with("HTTP/1.1 200 OK\r\n"),
-            "round {round}: {head}"
-        );
-        let head = head.to_ascii_lowercase();
+        assert_eq!(dechunk(&body), "ends when the pod closes\n");
+        let (head, body) = kept_answer(&mut client, "/sized", "sized\n", round).await;
         assert!(head.contains("\r\ncontent-length: 6"), "{head}");
-        assert!(!head.contains("connection: close"), "{head}");
         assert_eq!(body, "sized\n");
     }
+}
+
+/// GETs `path` of `old.test` on the kept connection `client` and reads the answer through
+/// `end`: it must be `HTTP/1.1 200 OK` and keep the connection. Returns the head (lowercase)
+/// and the body.
+async fn kept_answer(
+    client: &mut tokio::net::TcpStream,
+    path: &str,
+    end: &str,
+    round: u32,
+) -> (String, String) {
+    use tokio::io::AsyncWriteExt;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: old.test\r\n\r\n");
+    client.write_all(request.as_bytes()).await.unwrap();
+    let answer = read_through(client, end).await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.starts_with("HTTP/1.1 200 OK\r\n"),
+        "round {round} {path}: {head}"
+    );
+    let head = head.to_ascii_lowercase();
+    assert!(!head.contains("connection: close"), "{head}");
+    (head, body.to_owned())
 }
