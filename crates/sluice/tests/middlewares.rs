@@ -872,3 +872,38 @@ async fn middlewares_applied_with_kubectl_to_the_api_server_are_watched_in_both_
     kubectl(&kubeconfig, &["delete", "secret", "users", "-n", "default"]);
     wait_for_status(&sluice, "admin.test", "/", 503).await;
 }
+
+/// Traefik's `retry` goes through the load balancer again, which with one server picks that
+/// server: a pod that drops the first two connections unanswered is answered on the third
+/// try with `attempts: 3`, and one that drops three is not (Traefik's attempts are tries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_middleware_tries_the_only_pod_again_up_to_its_attempts() {
+    let pod = sluice_testkit::EchoBackend::start("only", ip(12))
+        .await
+        .unwrap();
+    let documents = [
+        middleware("again", "  retry:\n    attempts: 3\n"),
+        routed("flaky", "flaky.test", &["/"], "default-again@kubernetescrd"),
+    ];
+    let (_dir, sluice) = serve(&documents, pod.addr(), &[]).await;
+    let answered = request(
+        &sluice,
+        Method::GET,
+        "flaky.test",
+        "/?succeedAfter=2&uuid=a",
+        &[],
+    )
+    .await;
+    assert_eq!(answered.status, 200, "{answered:?}");
+    assert_eq!(pod.requests(), 3, "two dropped tries, then the answer");
+    let failed = request(
+        &sluice,
+        Method::GET,
+        "flaky.test",
+        "/?succeedAfter=3&uuid=b",
+        &[],
+    )
+    .await;
+    assert_eq!(failed.status, 502, "{failed:?}");
+    assert_eq!(pod.requests(), 6, "three tries in all");
+}

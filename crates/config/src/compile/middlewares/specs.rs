@@ -348,7 +348,12 @@ pub(super) fn retry(
         .filter(|a| *a > 0)
         .ok_or_else(|| context.problem("spec.retry.attempts", "must be more than 0"))?;
     let mut notes = Vec::new();
-    let mut on = RetryOn::none();
+    // Traefik retries when the server does not reply (a network error, the request sent or
+    // not); statuses only as `status` lists them.
+    let mut on = RetryOn {
+        error: true,
+        ..RetryOn::none()
+    };
     for text in &spec.status {
         let Some((low, high)) = status_range(text) else {
             return Err(context.problem(
