@@ -26,7 +26,7 @@ pub enum ProxyError {
     #[error("upstream connect timed out")]
     ConnectTimeout,
     #[error("the upstream cut its response off")]
-    ResponseCut(#[source] crate::body::ResponseBodyError),
+    ResponseCut(#[source] crate::upstream::body::ResponseBodyError),
     #[error("upstream response timed out")]
     ResponseTimeout,
     #[error("the upstream stopped reading the request body")]

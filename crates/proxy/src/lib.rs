@@ -5,63 +5,36 @@
 //! learnt from traffic (connections, load, latency, ejections, retry budgets) lives in one
 //! [`Runtime`] behind the same handle.
 
-mod access;
-mod access_log;
-mod attempt;
-mod balance;
-mod body;
-mod budget;
-mod cors;
-mod edits;
 mod error;
-mod error_pages;
-mod external_auth;
-mod forwarded;
-mod gateway_filters;
-mod grpc;
+mod filters;
 mod headers;
-mod health;
-mod inbound;
-mod limits;
-mod log_phase;
-mod mirror;
-mod options;
-mod outbound;
-mod passwords;
-mod phases;
-mod pipeline;
-mod pool;
-mod retry_buffer;
-mod runtime;
+mod request;
 mod server;
-mod sticky;
-mod table_handle;
 mod telemetry;
-mod template;
-mod traefik;
-mod upgrade;
 mod upstream;
 
-pub use access_log::{AccessLog, AccessLogFormat, DEFAULT_ACCESS_LOG_QUEUE};
-pub use body::{ResponseBodyError, TrackedBody, DEFAULT_REPLAY_LIMIT};
 pub use error::ProxyError;
-pub use forwarded::TrustedProxies;
-pub use options::{
+pub use request::driver::{Proxy, ProxyBody};
+pub use request::forwarded::TrustedProxies;
+pub use request::options::{
     ProxyOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_HEADER_TIMEOUT,
     DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
 };
-pub use pipeline::{Proxy, ProxyBody};
-pub use retry_buffer::{DEFAULT_RESPONSE_RETRY_BUFFER, DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL};
-pub use runtime::{EndpointReport, Runtime};
+pub use request::table_handle::TableHandle;
 pub use server::{
     serve, serve_tls, ClientCertificate, ClientInfo, ListenerOptions, Phase, ShutdownSignal,
     ShutdownTrigger, TlsInfo, TlsSetupError, TlsTerminator, DEFAULT_BODY_IDLE_TIMEOUT,
     DEFAULT_CLIENT_HEADER_TIMEOUT, DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_MAX_CONCURRENT_STREAMS,
     DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES,
 };
-pub use sticky::SessionKey;
-pub use table_handle::TableHandle;
-pub use telemetry::{ConnectionMetrics, ListenerMetrics, ProxyMetrics};
+pub use telemetry::access_log::{AccessLog, AccessLogFormat, DEFAULT_ACCESS_LOG_QUEUE};
+pub use telemetry::metrics::{ConnectionMetrics, ListenerMetrics, ProxyMetrics};
+pub use upstream::body::{ResponseBodyError, TrackedBody, DEFAULT_REPLAY_LIMIT};
+pub use upstream::retry_buffer::{
+    DEFAULT_RESPONSE_RETRY_BUFFER, DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL,
+};
+pub use upstream::runtime::{EndpointReport, Runtime};
+pub use upstream::session_key::SessionKey;
 
 /// Entry points for the micro-benchmarks in `bench/benches` (criterion); not an API.
 #[doc(hidden)]
@@ -71,8 +44,8 @@ pub mod bench_support {
     use http::request::Parts;
     use sluice_routing::{Backend, Balancer};
 
-    use crate::balance::{Candidates, RequestKey};
-    use crate::runtime::Runtime;
+    use crate::upstream::balance::{Candidates, RequestKey};
+    use crate::upstream::runtime::Runtime;
 
     /// The position of the first endpoint `balancer` picks for a request, as the request path
     /// does it: the backend's current set and its attached runtime state.

@@ -18,7 +18,7 @@ use tokio_rustls::LazyConfigAcceptor;
 
 use super::client_auth::{ClientCertificate, ClientCheck};
 use super::rewound::Rewound;
-use crate::table_handle::TableHandle;
+use crate::request::table_handle::TableHandle;
 
 /// What a request knows about the TLS connection it arrived on.
 #[derive(Debug)]

@@ -1,0 +1,194 @@
+//! Mirrors (`mirror-target`, and Gateway API `RequestMirror` filters): a copy of each request goes to a mirror, fire-and-forget; its answer is discarded and its failure never touches the client's request.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, HOST};
+use http::request::Parts;
+use http::{HeaderName, HeaderValue, Request, Uri};
+use http_body_util::Full;
+use sluice_routing::{GatewayMirror, Mirror, RoutePolicy, RoutingTable};
+
+use crate::filters::template::{fill, request_uri};
+use crate::filters::RequestContext;
+use crate::headers::headers_for_copy;
+use crate::upstream::body::RequestBody;
+use crate::upstream::outbound::OutboundClient;
+
+/// The most mirrored requests in progress, for the whole process: past it, copies are
+/// skipped, so a slow mirror can never hold more than this much memory.
+const MAX_IN_FLIGHT: usize = 1024;
+/// How long a mirror may take when the route sets no `proxy-read-timeout`.
+const DEFAULT_MIRROR_TIMEOUT: Duration = Duration::from_secs(60);
+
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
+
+/// A route's mirror.
+pub(crate) struct MirrorCopy {
+    mirror: Mirror,
+    timeout: Duration,
+}
+
+/// The head of the copy, taken from the client's request before the upstream head is made.
+pub(crate) struct MirrorHead(Box<Request<()>>);
+
+impl MirrorCopy {
+    pub(crate) fn of(policy: &RoutePolicy) -> Option<Self> {
+        Some(Self {
+            mirror: policy.mirror.clone()?,
+            timeout: policy.timeouts.read.unwrap_or(DEFAULT_MIRROR_TIMEOUT),
+        })
+    }
+
+    /// Whether a copy carries the body, so the body must be kept to send twice.
+    pub(crate) fn wants_body(policy: &RoutePolicy) -> bool {
+        policy.mirror.as_ref().is_some_and(|mirror| mirror.body)
+            || policy
+                .gateway
+                .as_ref()
+                .is_some_and(|g| !g.mirrors.is_empty())
+    }
+
+    /// The copy's head: the client's method and headers (hop-by-hop and framing dropped), the
+    /// target URL with its variables filled in (the request's URI when the target names no
+    /// path), `Host` from `mirror-host` or the target, and `X-Original-URI`.
+    pub(crate) fn head(&self, context: &RequestContext<'_>, request: &Parts) -> Option<MirrorHead> {
+        let url = fill(&self.mirror.target, context, request);
+        let mut uri = Uri::try_from(url.as_str()).ok()?;
+        let original = request_uri(request);
+        if uri.path_and_query().is_none_or(|p| p.as_str() == "/") && !url.ends_with('/') {
+            let mut parts = uri.into_parts();
+            parts.path_and_query = original.parse().ok();
+            uri = Uri::from_parts(parts).ok()?;
+        }
+        let mut copy = Request::new(());
+        *copy.method_mut() = request.method.clone();
+        let headers = copy.headers_mut();
+        *headers = headers_for_copy(&request.headers);
+        let host = match &self.mirror.host {
+            Some(host) => HeaderValue::try_from(host.as_str()).ok(),
+            None => uri
+                .authority()
+                .and_then(|a| HeaderValue::try_from(a.as_str()).ok()),
+        };
+        if let Some(host) = host {
+            headers.insert(HOST, host);
+        }
+        if let Ok(value) = HeaderValue::try_from(original) {
+            headers.insert(X_ORIGINAL_URI, value);
+        }
+        *copy.uri_mut() = uri;
+        Some(MirrorHead(Box::new(copy)))
+    }
+
+    /// Sends the copy in the background. A body streamed to the pod (larger than the replay
+    /// buffer) cannot be copied: that request is not mirrored.
+    pub(crate) fn send(&self, head: MirrorHead, body: &RequestBody, client: &OutboundClient) {
+        send_copy(head, body, self.mirror.body, client, self.timeout);
+    }
+}
+
+/// The heads of a Gateway API route's `RequestMirror` copies for this request: for each
+/// mirror whose share draws it, the upstream request's method, target and headers (after the
+/// route's filters), sent to one ready endpoint of the mirror's backend (at random).
+pub(crate) fn gateway_mirror_heads(
+    mirrors: &[GatewayMirror],
+    table: &RoutingTable,
+    request: &Parts,
+) -> Vec<MirrorHead> {
+    mirrors
+        .iter()
+        .filter(|mirror| fastrand::u32(0..mirror.denominator) < mirror.numerator)
+        .filter_map(|mirror| {
+            let backend = table.backend(mirror.index?)?;
+            let set = backend.endpoints().load();
+            let ready = set.ready();
+            let endpoint = ready.get(fastrand::usize(..ready.len().max(1)))?;
+            let uri = format!("http://{}{}", endpoint.authority(), request_uri(request));
+            let mut copy = Request::new(());
+            *copy.method_mut() = request.method.clone();
+            *copy.headers_mut() = headers_for_copy(&request.headers);
+            if let Some(host) = request.headers.get(HOST).cloned().or_else(|| {
+                let authority = request.uri.authority()?;
+                HeaderValue::try_from(authority.as_str()).ok()
+            }) {
+                copy.headers_mut().insert(HOST, host);
+            }
+            *copy.uri_mut() = Uri::try_from(uri).ok()?;
+            Some(MirrorHead(Box::new(copy)))
+        })
+        .collect()
+}
+
+/// Sends Gateway API mirror copies, with the request's body.
+pub(crate) fn send_gateway_copies(
+    heads: Vec<MirrorHead>,
+    body: &RequestBody,
+    client: &OutboundClient,
+) {
+    for head in heads {
+        send_copy(head, body, true, client, DEFAULT_MIRROR_TIMEOUT);
+    }
+}
+
+/// Sends one copy in the background, with the body when `with_body` (a body streamed to the
+/// pod cannot be copied: then nothing is sent), at most `timeout` long.
+fn send_copy(
+    head: MirrorHead,
+    body: &RequestBody,
+    with_body: bool,
+    client: &OutboundClient,
+    timeout: Duration,
+) {
+    let bytes = match (with_body, body) {
+        (false, _) => Bytes::new(),
+        (true, RequestBody::Replayable(bytes)) => bytes.clone(),
+        (true, RequestBody::Streaming(_)) => {
+            tracing::debug!("request body streamed to the pod: not mirrored");
+            return;
+        }
+    };
+    let Ok(client) = client.get().cloned() else {
+        return;
+    };
+    let Some(slot) = InFlight::take() else {
+        tracing::debug!("{MAX_IN_FLIGHT} mirrored requests in progress: this one is skipped");
+        return;
+    };
+    let (mut parts, ()) = (*head.0).into_parts();
+    parts
+        .headers
+        .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    let request = Request::from_parts(parts, Full::new(bytes));
+    tokio::spawn(async move {
+        let _slot = slot;
+        match tokio::time::timeout(timeout, client.request(request)).await {
+            Ok(Ok(_answer)) => {}
+            Ok(Err(error)) => tracing::debug!(%error, "mirror failed"),
+            Err(_) => tracing::debug!("mirror did not answer in time"),
+        }
+    });
+}
+
+/// One mirrored request in progress.
+struct InFlight;
+
+impl InFlight {
+    fn take() -> Option<Self> {
+        let before = IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+        if before >= MAX_IN_FLIGHT {
+            IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Self)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+    }
+}

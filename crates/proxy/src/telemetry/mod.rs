@@ -1,0 +1,7 @@
+//! The telemetry layer: metric families, the access log and the end of the log phase; it uses nothing of the crate but `error`.
+
+pub(crate) mod access_log;
+pub(crate) mod completion;
+pub(crate) mod metrics;
+
+pub(crate) use metrics::*;

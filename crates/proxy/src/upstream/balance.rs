@@ -1,0 +1,232 @@
+//! Balancers: each yields an ordered list of candidate endpoints, so a retry takes the next one.
+
+use std::net::IpAddr;
+
+use std::sync::Arc;
+
+use http::header::HOST;
+use http::request::Parts;
+use sluice_routing::{stable_hash, Backend, Balancer, Endpoint, HashKey};
+
+use crate::upstream::runtime::{EndpointRuntime, SetRuntime};
+use crate::upstream::session_key::request_cookie;
+
+/// The order in which a request tries a backend's eligible endpoints.
+pub(crate) struct Candidates {
+    order: Order,
+    /// How many endpoints the order has produced so far.
+    produced: usize,
+}
+
+enum Order {
+    /// Each endpoint in turn from `start`.
+    Rotation { start: usize },
+    /// The winner of two random choices, the loser, then the rest in turn.
+    Choices {
+        first: usize,
+        second: usize,
+        start: usize,
+    },
+    /// Clockwise on the consistent-hash ring from the key: `cursor` is the next point to look
+    /// at, `visited` how many points were looked at.
+    Ring { cursor: usize, visited: usize },
+}
+
+/// What a balancer may look at in a request.
+pub(crate) struct RequestKey<'r> {
+    pub(crate) parts: &'r Parts,
+    pub(crate) client: IpAddr,
+}
+
+impl Candidates {
+    /// The order for one request over `eligible`, the endpoints taking new requests, whose
+    /// runtime state `state` holds in the same order.
+    pub(crate) fn new(
+        balancer: &Balancer,
+        backend: &Backend,
+        eligible: &[Endpoint],
+        state: &SetRuntime,
+        request: &RequestKey<'_>,
+    ) -> Self {
+        let count = eligible.len().max(1);
+        let rotation = || Order::Rotation {
+            start: backend.next_turn() % count,
+        };
+        let order = match balancer {
+            Balancer::RoundRobin => rotation(),
+            Balancer::LeastRequest | Balancer::Ewma if eligible.len() >= 2 => {
+                two_choices(balancer, eligible.len(), state.endpoints())
+            }
+            Balancer::LeastRequest | Balancer::Ewma => rotation(),
+            Balancer::Hash(key) => match hash_key(key, request) {
+                Some(key) => Order::Ring {
+                    cursor: state.ring(eligible).start(key),
+                    visited: 0,
+                },
+                None => rotation(),
+            },
+        };
+        Self { order, produced: 0 }
+    }
+
+    /// The position in `eligible` of the next candidate not in `skip`, or `None` when every
+    /// endpoint was produced. `state` is the one the order was made with.
+    pub(crate) fn next(
+        &mut self,
+        eligible: &[Endpoint],
+        skip: &[Endpoint],
+        state: &SetRuntime,
+    ) -> Option<usize> {
+        while self.produced < eligible.len() {
+            let index = self.index(eligible, skip, state)?;
+            self.produced += 1;
+            if !skip.contains(&eligible[index]) {
+                return Some(index);
+            }
+        }
+        None
+    }
+
+    fn index(
+        &mut self,
+        eligible: &[Endpoint],
+        skip: &[Endpoint],
+        state: &SetRuntime,
+    ) -> Option<usize> {
+        let count = eligible.len();
+        let step = self.produced;
+        match self.order {
+            Order::Rotation { start } => Some((start + step) % count),
+            Order::Choices { first, .. } if step == 0 => Some(first),
+            Order::Choices { second, .. } if step == 1 => Some(second),
+            Order::Choices {
+                first,
+                second,
+                start,
+            } => {
+                // Positions 2.. walk the rotation without the two choices.
+                let rest: Vec<usize> = (0..count)
+                    .map(|k| (start + k) % count)
+                    .filter(|&i| i != first && i != second)
+                    .collect();
+                rest.get(step - 2).copied()
+            }
+            Order::Ring {
+                ref mut cursor,
+                ref mut visited,
+            } => state
+                .ring(eligible)
+                .next_owner(cursor, visited, |i| !skip.contains(&eligible[i])),
+        }
+    }
+}
+
+/// Power of two choices: two distinct random endpoints of `count`, the less loaded first.
+fn two_choices(balancer: &Balancer, count: usize, runtimes: &[Arc<EndpointRuntime>]) -> Order {
+    let a = fastrand::usize(..count);
+    let mut b = fastrand::usize(..count - 1);
+    if b >= a {
+        b += 1;
+    }
+    let load = |index: usize| {
+        let Some(runtime) = runtimes.get(index) else {
+            return 0.0;
+        };
+        match balancer {
+            Balancer::Ewma => runtime.stats.ewma_score(),
+            _ => f64::from(runtime.stats.in_flight()),
+        }
+    };
+    let (first, second) = if load(b) < load(a) { (b, a) } else { (a, b) };
+    Order::Choices {
+        first,
+        second,
+        start: fastrand::usize(..count),
+    }
+}
+
+/// The hash of the request's key, or `None` when the request does not carry it.
+fn hash_key(key: &HashKey, request: &RequestKey<'_>) -> Option<u64> {
+    let parts = request.parts;
+    let hash = match key {
+        HashKey::ClientAddress => match request.client {
+            IpAddr::V4(address) => stable_hash(&address.octets()),
+            IpAddr::V6(address) => stable_hash(&address.octets()),
+        },
+        HashKey::Header(name) => stable_hash(parts.headers.get(name)?.as_bytes()),
+        HashKey::Cookie(name) => stable_hash(request_cookie(&parts.headers, name)?.as_bytes()),
+        HashKey::RequestUri => stable_hash(parts.uri.path_and_query()?.as_str().as_bytes()),
+        HashKey::Path => stable_hash(parts.uri.path().as_bytes()),
+        HashKey::Host => match parts.uri.authority() {
+            Some(authority) => stable_hash(authority.host().as_bytes()),
+            None => stable_hash(parts.headers.get(HOST)?.as_bytes()),
+        },
+    };
+    Some(hash)
+}
+
+/// Points each endpoint owns on a hash ring: enough for an even spread (about ±10 % at 100),
+/// few enough that the ring of 1,000 endpoints is 1.6 MB.
+const RING_POINTS: u64 = 100;
+
+/// Consistent hashing (ketama, as nginx's `hash ... consistent`): every endpoint owns
+/// [`RING_POINTS`] points on a ring of 64-bit values, placed by its address's stable hash. A key
+/// goes to the owner of the first point at or after it, and a retry to the next distinct owner
+/// clockwise. Adding an endpoint to N moves about 1/(N+1) of the keys, all to the new one.
+/// Built once per endpoint set, on first use.
+pub(crate) struct HashRing(Vec<(u64, u32)>);
+
+impl HashRing {
+    pub(crate) fn new(eligible: &[Endpoint]) -> Self {
+        let mut points: Vec<(u64, u32)> = eligible
+            .iter()
+            .enumerate()
+            .flat_map(|(index, endpoint)| {
+                (1..=RING_POINTS)
+                    .map(move |point| (mix(endpoint.stable_hash() ^ mix(point)), index as u32))
+            })
+            .collect();
+        points.sort_unstable();
+        Self(points)
+    }
+
+    /// Where on the ring `key` starts.
+    fn start(&self, key: u64) -> usize {
+        let key = mix(key);
+        match self.0.partition_point(|&(point, _)| point < key) {
+            at if at == self.0.len() => 0,
+            at => at,
+        }
+    }
+
+    /// The owner of the next point from `cursor` that `wanted` accepts, moving the cursor past
+    /// it; `None` once every point was looked at.
+    fn next_owner(
+        &self,
+        cursor: &mut usize,
+        visited: &mut usize,
+        wanted: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        while *visited < self.0.len() {
+            let (_, owner) = self.0[*cursor % self.0.len()];
+            *cursor += 1;
+            *visited += 1;
+            if wanted(owner as usize) {
+                return Some(owner as usize);
+            }
+        }
+        None
+    }
+}
+
+/// MurmurHash3's 64-bit finaliser, to spread FNV's output over all bits.
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+#[cfg(test)]
+mod tests;
