@@ -1,4 +1,4 @@
-//! Why the proxy answered a request itself, and the status and short text body it answers with.
+//! Why a request failed (the client's request was broken, or no endpoint gave an answer), and the status and short text body the client gets for it; the proxy's deliberate answers are `filters::contract::LocalAnswer`s, not errors.
 
 use http::StatusCode;
 use sluice_routing::{PathError, UpstreamFailureStatus};
@@ -26,7 +26,7 @@ pub enum ProxyError {
     #[error("upstream connect timed out")]
     ConnectTimeout,
     #[error("the upstream cut its response off")]
-    ResponseCut(#[source] crate::upstream::body::ResponseBodyError),
+    ResponseCut(#[source] ResponseBodyError),
     #[error("upstream response timed out")]
     ResponseTimeout,
     #[error("the upstream stopped reading the request body")]
@@ -45,52 +45,17 @@ pub enum ProxyError {
     Misdirected,
     #[error("client certificate refused (one was sent: {sent})")]
     ClientCertificate { sent: bool },
-    #[error("the client's address is not admitted by the route's source ranges")]
-    Forbidden,
-    #[error("the route's access rules could not be read")]
-    RouteDenied,
-    /// A CORS preflight from an allowed origin, answered with these headers.
-    #[error("CORS preflight answered")]
-    Preflight(Box<http::HeaderMap>),
-    /// Authentication refused: 401 with a challenge, or the auth service's 401 or 403.
-    #[error("authentication refused ({status})")]
-    AuthDenied {
-        status: StatusCode,
-        headers: Box<http::HeaderMap>,
-    },
-    #[error("the auth service failed or did not answer in time")]
-    AuthFailed,
-    /// Over a per-client limit (`limit-rps`, `limit-rpm`, `limit-connections`).
-    #[error("client over the route's limit")]
-    Limited { status: StatusCode },
-    #[error("redirected to {location:?}")]
-    Redirect {
-        status: StatusCode,
-        location: http::HeaderValue,
-    },
-    /// A whole answer the proxy gives itself, head and body: a Traefik middleware's refusal
-    /// or redirect, or an auth server's answer passed on as it came.
-    #[error("answered by the proxy ({})", .0.status)]
-    Answered(Box<OwnAnswer>),
 }
 
-/// An answer of the proxy's own, as it goes to the client.
-#[derive(Debug)]
-pub struct OwnAnswer {
-    pub status: StatusCode,
-    pub headers: http::HeaderMap,
-    pub body: bytes::Bytes,
-}
-
-impl OwnAnswer {
-    /// `status` with `body` and no headers (as Traefik writes its own short answers).
-    pub(crate) fn text(status: StatusCode, body: &'static str) -> ProxyError {
-        ProxyError::Answered(Box::new(Self {
-            status,
-            headers: http::HeaderMap::new(),
-            body: bytes::Bytes::from_static(body.as_bytes()),
-        }))
-    }
+/// Why a response body stream from an endpoint ended in an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseBodyError {
+    #[error("the endpoint paused the response body for longer than the idle timeout")]
+    Stalled,
+    #[error("reading the response body failed")]
+    Read(#[source] hyper::Error),
+    #[error("the endpoint sent more body than its Content-Length declared")]
+    LongerThanDeclared,
 }
 
 impl ProxyError {
@@ -111,14 +76,6 @@ impl ProxyError {
             Self::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             Self::ClientCertificate { .. } => StatusCode::BAD_REQUEST,
-            Self::Forbidden => StatusCode::FORBIDDEN,
-            Self::RouteDenied => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Preflight(_) => StatusCode::NO_CONTENT,
-            Self::AuthDenied { status, .. } => *status,
-            Self::AuthFailed => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Limited { status } => *status,
-            Self::Redirect { status, .. } => *status,
-            Self::Answered(answer) => answer.status,
         }
     }
 
@@ -144,23 +101,6 @@ impl ProxyError {
             Self::Misdirected => "421 misdirected request\n",
             Self::ClientCertificate { sent: false } => "400 no required SSL certificate was sent\n",
             Self::ClientCertificate { sent: true } => "400 the SSL certificate error\n",
-            Self::Forbidden => "403 forbidden\n",
-            Self::RouteDenied => "503 service unavailable\n",
-            Self::Preflight(_) => "",
-            Self::AuthDenied { status, .. } if *status == StatusCode::FORBIDDEN => {
-                "403 forbidden\n"
-            }
-            Self::AuthDenied { .. } => "401 authorization required\n",
-            Self::AuthFailed => "500 internal server error\n",
-            Self::Limited { status } if *status == StatusCode::TOO_MANY_REQUESTS => {
-                "429 too many requests\n"
-            }
-            Self::Limited { status } if *status == StatusCode::SERVICE_UNAVAILABLE => {
-                "503 service temporarily unavailable\n"
-            }
-            Self::Limited { .. } => "request limited\n",
-            Self::Redirect { .. } => "redirecting\n",
-            Self::Answered(_) => "",
         }
     }
 

@@ -106,6 +106,30 @@ pub(crate) fn join_cookies(headers: &mut HeaderMap) {
     }
 }
 
+/// The hops of every `X-Forwarded-For` field, in order.
+pub(crate) fn forwarded_for(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(http::HeaderName::from_static("x-forwarded-for"))
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|hop| hop.trim().to_owned())
+        .filter(|hop| !hop.is_empty())
+        .collect()
+}
+
+/// The value of the cookie `name` in the request's `Cookie` headers.
+pub(crate) fn request_cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|line| line.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.trim_matches('"'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +196,15 @@ mod tests {
         let mut single = headers(&[("cookie", "a=1; b=2")]);
         join_cookies(&mut single);
         assert_eq!(single["cookie"], "a=1; b=2");
+    }
+
+    #[test]
+    fn reads_a_cookie_among_several() {
+        let mut headers = HeaderMap::new();
+        headers.append(COOKIE, HeaderValue::from_static("a=1; INGRESSCOOKIE=abc"));
+        headers.append(COOKIE, HeaderValue::from_static("b=2"));
+        assert_eq!(request_cookie(&headers, "INGRESSCOOKIE"), Some("abc"));
+        assert_eq!(request_cookie(&headers, "b"), Some("2"));
+        assert_eq!(request_cookie(&headers, "missing"), None);
     }
 }

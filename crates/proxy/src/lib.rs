@@ -5,31 +5,35 @@
 //! learnt from traffic (connections, load, latency, ejections, retry budgets) lives in one
 //! [`Runtime`] behind the same handle.
 
+mod connection;
 mod error;
 mod filters;
 mod headers;
 mod request;
 mod server;
+mod shutdown;
 mod telemetry;
 mod upstream;
 
+pub use connection::{ClientCertificate, ClientInfo, TlsInfo};
 pub use error::ProxyError;
+pub use error::ResponseBodyError;
 pub use request::driver::{Proxy, ProxyBody};
 pub use request::forwarded::TrustedProxies;
 pub use request::options::{
-    ProxyOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_HEADER_TIMEOUT,
-    DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
+    ProxyOptions, DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RESPONSE_HEADER_TIMEOUT, DEFAULT_UPSTREAM_IDLE_TIMEOUT, DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
 };
 pub use request::table_handle::TableHandle;
 pub use server::{
-    serve, serve_tls, ClientCertificate, ClientInfo, ListenerOptions, Phase, ShutdownSignal,
-    ShutdownTrigger, TlsInfo, TlsSetupError, TlsTerminator, DEFAULT_BODY_IDLE_TIMEOUT,
-    DEFAULT_CLIENT_HEADER_TIMEOUT, DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_MAX_CONCURRENT_STREAMS,
-    DEFAULT_MAX_HEADERS, DEFAULT_MAX_HEADER_BYTES,
+    serve, serve_tls, ListenerOptions, TlsSetupError, TlsTerminator, DEFAULT_CLIENT_HEADER_TIMEOUT,
+    DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_HEADERS,
+    DEFAULT_MAX_HEADER_BYTES,
 };
+pub use shutdown::{Phase, ShutdownSignal, ShutdownTrigger};
 pub use telemetry::access_log::{AccessLog, AccessLogFormat, DEFAULT_ACCESS_LOG_QUEUE};
 pub use telemetry::metrics::{ConnectionMetrics, ListenerMetrics, ProxyMetrics};
-pub use upstream::body::{ResponseBodyError, TrackedBody, DEFAULT_REPLAY_LIMIT};
+pub use upstream::body::{TrackedBody, DEFAULT_REPLAY_LIMIT};
 pub use upstream::retry_buffer::{
     DEFAULT_RESPONSE_RETRY_BUFFER, DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL,
 };

@@ -5,14 +5,35 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{response, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use sluice_routing::{AccessControl, BasicAuth, RoutePolicy, SourceRanges, SourceVerdict};
 
-use crate::error::ProxyError;
-use crate::filters::external_auth::ExternalCheck;
-use crate::filters::passwords::{equal, md5_hex, verify};
-use crate::filters::RequestContext;
-use crate::upstream::outbound::OutboundClient;
+use super::contract::{grpc_status, Filter, Flow, LocalAnswer, RequestContext, Step};
+use super::external_auth::ExternalCheck;
+use super::fail_closed::route_denied;
+use super::passwords::{equal, md5_hex, verify};
+use super::{boxed, RouteFilter, Services};
+
+/// Authentication refused: 401 with a challenge, or an auth service's 401 or 403, with
+/// `headers` added.
+pub(crate) fn auth_denied(status: StatusCode, headers: &HeaderMap) -> Box<LocalAnswer> {
+    let body = if status == StatusCode::FORBIDDEN {
+        "403 forbidden\n"
+    } else {
+        "401 authorization required\n"
+    };
+    LocalAnswer::text(status, body).with_headers(headers)
+}
+
+/// The 500 of an auth service that failed or did not answer in time.
+pub(crate) fn auth_failed() -> Box<LocalAnswer> {
+    LocalAnswer::refusal(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "500 internal server error\n",
+        grpc_status::INTERNAL,
+        "the auth service failed or did not answer in time",
+    )
+}
 
 /// What a request that passed the access phase takes with it: headers for the pod (set, or
 /// removed when `None`) and cookies for the client.
@@ -56,7 +77,11 @@ const NONCE_LIFETIME_SECS: u64 = 300;
 
 impl Access {
     /// The access phase of `policy`, or `None` when it authenticates no one.
-    pub(crate) fn of(policy: &RoutePolicy) -> Option<Self> {
+    pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
+        boxed(Self::new(policy)?)
+    }
+
+    fn new(policy: &RoutePolicy) -> Option<Self> {
         let control = policy.access.clone();
         if !control.is_set() {
             return None;
@@ -77,24 +102,19 @@ impl Access {
         })
     }
 
-    /// Whether the source ranges are checked here rather than by the request filters.
-    pub(crate) fn takes_source_ranges(policy: &RoutePolicy) -> bool {
-        policy.access.satisfy_any && policy.access.is_set()
-    }
-
     /// Lets the request through, or answers it: 401 with a challenge, the auth service's 401
     /// or 403, a redirect to the sign-in page, 500 when the auth service fails, 503 when the
     /// route's auth could not be read. On a route with basic or digest auth the pod never sees
     /// the client's `Authorization`, however the request was admitted, as nginx.tmpl's
     /// `proxy_set_header Authorization ""` next to `auth_basic` and `auth_digest` does (an auth
     /// service's own `Authorization` answer header is still passed on).
-    pub(crate) async fn check(
+    async fn check(
         &self,
         context: &RequestContext<'_>,
         request: &Parts,
-        client: &OutboundClient,
-    ) -> Result<Grant, ProxyError> {
-        let mut grant = self.admit(context, request, client).await?;
+        services: &Services,
+    ) -> Result<Grant, Box<LocalAnswer>> {
+        let mut grant = self.admit(context, request, services).await?;
         if self.control.basic.is_some() {
             grant.upstream_headers.insert(0, (AUTHORIZATION, None));
         }
@@ -105,15 +125,15 @@ impl Access {
         &self,
         context: &RequestContext<'_>,
         request: &Parts,
-        client: &OutboundClient,
-    ) -> Result<Grant, ProxyError> {
+        services: &Services,
+    ) -> Result<Grant, Box<LocalAnswer>> {
         if self.control.unavailable {
-            return Err(ProxyError::RouteDenied);
+            return Err(route_denied());
         }
         if let Some(ranges) = &self.ranges {
             match ranges.verdict(context.real_client) {
                 SourceVerdict::Admitted => return Ok(Grant::default()),
-                SourceVerdict::Unavailable => return Err(ProxyError::RouteDenied),
+                SourceVerdict::Unavailable => return Err(route_denied()),
                 SourceVerdict::Forbidden => {}
             }
         }
@@ -121,12 +141,12 @@ impl Access {
             self.check_user(basic, request)?;
         }
         match &self.external {
-            Some(external) => external.check(context, request, client).await,
+            Some(external) => external.check(context, request, services).await,
             None => Ok(Grant::default()),
         }
     }
 
-    fn check_user(&self, auth: &BasicAuth, request: &Parts) -> Result<(), ProxyError> {
+    fn check_user(&self, auth: &BasicAuth, request: &Parts) -> Result<(), Box<LocalAnswer>> {
         let credentials = request
             .headers
             .get(AUTHORIZATION)
@@ -134,7 +154,7 @@ impl Access {
             .unwrap_or_default();
         let admitted = match (auth.digest, &self.nonce_key) {
             (true, Some(key)) => digest_admits(key, auth, credentials, request),
-            (true, None) => return Err(ProxyError::RouteDenied),
+            (true, None) => return Err(route_denied()),
             (false, _) => basic_admits(auth, credentials),
         };
         if admitted {
@@ -152,10 +172,55 @@ impl Access {
         if let Ok(value) = HeaderValue::try_from(challenge) {
             headers.insert(WWW_AUTHENTICATE, value);
         }
-        Err(ProxyError::AuthDenied {
-            status: StatusCode::UNAUTHORIZED,
-            headers: Box::new(headers),
-        })
+        Err(auth_denied(StatusCode::UNAUTHORIZED, &headers))
+    }
+}
+
+impl Filter<Services> for Access {
+    fn on_access<'a>(
+        &'a self,
+        context: &'a mut RequestContext<'_>,
+        request: &'a Parts,
+        services: &'a Services,
+    ) -> Step<'a, Flow> {
+        Step::Wait(Box::pin(async move {
+            let grant = self.check(context, request, services).await?;
+            context.slots.insert(grant);
+            Ok(())
+        }))
+    }
+
+    /// The grant's headers go on the request to the pod; its cookies stay for the response.
+    fn on_upstream_request<'a>(
+        &'a self,
+        context: &'a mut RequestContext<'_>,
+        upstream: &'a mut Parts,
+        _: &'a Services,
+    ) -> Step<'a, Flow> {
+        if let Some(grant) = context.slots.get_mut::<Grant>() {
+            grant.apply(&mut upstream.headers);
+            grant.upstream_headers.clear();
+        }
+        Step::Done(Ok(()))
+    }
+
+    /// The auth service's `Set-Cookie` on the answer: on successful and redirect answers only
+    /// (nginx's `add_header`), or on all with `auth-always-set-cookie`.
+    fn on_log(&self, context: &mut RequestContext<'_>, response: &mut response::Parts) {
+        let Some(grant) = context.slots.get::<Grant>() else {
+            return;
+        };
+        let added = matches!(
+            response.status.as_u16(),
+            200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+        );
+        if added || grant.cookies_always {
+            for cookie in &grant.cookies {
+                response
+                    .headers
+                    .append(http::header::SET_COOKIE, cookie.clone());
+            }
+        }
     }
 }
 

@@ -6,11 +6,11 @@ use http::header::{
     ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, ORIGIN,
 };
 use http::request::Parts;
-use http::{response, HeaderMap, HeaderValue, Method};
-use sluice_routing::{Cors, CorsRules};
+use http::{response, HeaderMap, HeaderValue, Method, StatusCode};
+use sluice_routing::{Cors, CorsRules, RoutePolicy};
 
-use crate::error::ProxyError;
-use crate::filters::{Filter, ProxyScope, RequestContext};
+use super::contract::{Filter, Flow, LocalAnswer, RequestContext};
+use super::{boxed, RouteFilter, Services};
 
 /// A route's CORS settings with their header values built once.
 pub(crate) struct CorsFilter {
@@ -19,8 +19,16 @@ pub(crate) struct CorsFilter {
     fixed: HeaderMap,
 }
 
+/// The `Access-Control-Allow-Origin` a response to an allowed origin gets (the CORS filter's
+/// per-request slot).
+struct AllowedOrigin(HeaderValue);
+
 impl CorsFilter {
-    pub(crate) fn new(cors: &Cors) -> Self {
+    pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
+        boxed(Self::new(policy.cors.as_ref()?))
+    }
+
+    fn new(cors: &Cors) -> Self {
         let mut fixed = HeaderMap::new();
         let mut put = |name, text: &str| {
             if let Ok(value) = HeaderValue::from_str(text) {
@@ -108,13 +116,13 @@ impl CorsFilter {
     }
 }
 
-impl Filter for CorsFilter {
-    fn on_request(
-        &self,
-        context: &mut RequestContext<'_>,
-        request: &Parts,
-        _proxy: &ProxyScope<'_>,
-    ) -> Result<(), ProxyError> {
+/// The 204 the proxy answers a preflight with.
+fn preflight(headers: HeaderMap) -> Box<LocalAnswer> {
+    LocalAnswer::text(StatusCode::NO_CONTENT, "").with_headers(&headers)
+}
+
+impl Filter<Services> for CorsFilter {
+    fn on_request(&self, context: &mut RequestContext<'_>, request: &Parts, _: &Services) -> Flow {
         let allow_origin = request
             .headers
             .get(ORIGIN)
@@ -122,28 +130,120 @@ impl Filter for CorsFilter {
         if self.answers(request, allow_origin.is_some()) {
             let Some(allow_origin) = allow_origin else {
                 // An origin not allowed: answered, with nothing that would let it in.
-                return Err(ProxyError::Preflight(Box::default()));
+                return Err(preflight(HeaderMap::new()));
             };
             let mut headers = self.headers_for(allow_origin);
             if self.gateway_api() {
                 self.echo_requested(&request.headers, &mut headers);
             }
-            return Err(ProxyError::Preflight(Box::new(headers)));
+            return Err(preflight(headers));
         }
-        context.cors_origin = allow_origin;
+        if let Some(origin) = allow_origin {
+            context.slots.insert(AllowedOrigin(origin));
+        }
         Ok(())
     }
 
     fn on_response(
         &self,
-        context: &RequestContext<'_>,
+        context: &mut RequestContext<'_>,
         response: &mut response::Parts,
-        _proxy: &ProxyScope<'_>,
+        _: &Services,
     ) {
-        if let Some(allow_origin) = &context.cors_origin {
+        if let Some(AllowedOrigin(allow_origin)) = context.slots.get() {
             for (name, value) in &self.headers_for(allow_origin.clone()) {
                 response.headers.insert(name.clone(), value.clone());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filters::testing::{request, response_head, Scene};
+    use sluice_routing::OriginPattern;
+
+    fn cors(origins: &[&str], rules: CorsRules) -> RoutePolicy {
+        RoutePolicy {
+            cors: Some(Cors {
+                origins: Some(
+                    origins
+                        .iter()
+                        .map(|o| OriginPattern::parse(o).expect("origin"))
+                        .collect(),
+                ),
+                allow_methods: "GET, POST".into(),
+                allow_headers: "*".into(),
+                expose_headers: None,
+                allow_credentials: false,
+                max_age: 60,
+                rules,
+            }),
+            ..RoutePolicy::default()
+        }
+    }
+
+    fn preflight_from(origin: &str) -> Parts {
+        let mut parts = request("OPTIONS", "/");
+        parts
+            .headers
+            .insert("origin", origin.parse().expect("origin"));
+        parts.headers.insert(
+            "access-control-request-method",
+            "POST".parse().expect("method"),
+        );
+        parts.headers.insert(
+            "access-control-request-headers",
+            "x-custom".parse().expect("headers"),
+        );
+        parts
+    }
+
+    #[test]
+    fn an_allowed_origins_preflight_is_answered_and_its_later_answers_carry_the_origin() {
+        let mut scene = Scene::new(cors(&["https://app.example.com"], CorsRules::IngressNginx));
+        let answer = scene
+            .on_request(&preflight_from("https://app.example.com"))
+            .expect_err("answered");
+        assert_eq!(answer.status, StatusCode::NO_CONTENT);
+        assert_eq!(
+            answer.headers["access-control-allow-origin"],
+            "https://app.example.com"
+        );
+        let mut get = request("GET", "/");
+        get.headers
+            .insert("origin", "https://app.example.com".parse().expect("origin"));
+        let mut scene = Scene::new(scene.policy.clone());
+        assert!(scene.on_request(&get).is_ok());
+        let mut head = response_head(200);
+        scene.on_response(&mut head);
+        assert_eq!(
+            head.headers["access-control-allow-origin"],
+            "https://app.example.com"
+        );
+    }
+
+    #[test]
+    fn a_disallowed_preflight_reaches_the_pod_under_nginx_rules_and_is_answered_under_gateway_rules(
+    ) {
+        let mut nginx = Scene::new(cors(&["https://*.bar.com"], CorsRules::IngressNginx));
+        let deep = preflight_from("https://xpto.www.bar.com");
+        assert!(
+            nginx.on_request(&deep).is_ok(),
+            "a one-label wildcard under nginx rules"
+        );
+        let mut gateway = Scene::new(cors(&["https://*.bar.com"], CorsRules::GatewayApi));
+        let answer = gateway.on_request(&deep).expect_err("answered");
+        assert_eq!(
+            answer.headers["access-control-allow-origin"],
+            "https://xpto.www.bar.com"
+        );
+        assert_eq!(answer.headers["access-control-allow-headers"], "x-custom");
+        let other = gateway
+            .on_request(&preflight_from("https://evil.example"))
+            .expect_err("answered");
+        assert_eq!(other.status, StatusCode::NO_CONTENT);
+        assert!(other.headers.get("access-control-allow-origin").is_none());
     }
 }

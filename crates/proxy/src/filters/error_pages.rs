@@ -4,11 +4,94 @@ use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version};
-use sluice_routing::{Backend, ErrorPages, RoutingTable, Target};
+use sluice_routing::{Backend, RoutePolicy, RoutingTable, Target};
 
+use super::contract::{Filter, Flow, RequestContext, Step};
+use super::{boxed, RouteFilter, Services};
+use crate::error::ProxyError;
 use crate::upstream::attempt::{Answer, AttemptSettings, Exchange};
 use crate::upstream::body::RequestBody;
 use crate::upstream::connect::Wire;
+
+/// A route's `default-backend` and `custom-http-errors`.
+pub(crate) struct ErrorPages {
+    /// The statuses the default backend answers in place of the pod.
+    codes: Vec<u16>,
+}
+
+/// The URI as the client sent it (`X-Original-URI`), kept by the request filter.
+struct OriginalUri(String);
+
+impl ErrorPages {
+    pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
+        let pages = policy.error_pages.as_ref()?;
+        boxed(Self {
+            codes: pages.codes.clone(),
+        })
+    }
+}
+
+impl Filter<Services> for ErrorPages {
+    fn on_request(&self, context: &mut RequestContext<'_>, request: &Parts, _: &Services) -> Flow {
+        if let Some(uri) = request.uri.path_and_query() {
+            context.slots.insert(OriginalUri(uri.as_str().to_owned()));
+        }
+        Ok(())
+    }
+
+    /// A default backend standing in for the route is told why; a route with
+    /// `custom-http-errors` keeps what asking for a page needs.
+    fn on_upstream_request<'a>(
+        &'a self,
+        context: &'a mut RequestContext<'_>,
+        upstream: &'a mut Parts,
+        _: &'a Services,
+    ) -> Step<'a, Flow> {
+        let Some(target) = context.target else {
+            return Step::Done(Ok(()));
+        };
+        let original_uri = match context.slots.get::<OriginalUri>() {
+            Some(OriginalUri(uri)) => uri.clone(),
+            None => "/".to_owned(),
+        };
+        if let Some(replaced) = context.stood_in_for {
+            tell_default_backend(&mut upstream.headers, &target, replaced, &original_uri);
+        }
+        if let Some(capture) = ErrorPageRequest::capture(&target, upstream, &original_uri) {
+            context.slots.insert(capture);
+        }
+        Step::Done(Ok(()))
+    }
+
+    /// The default backend's page in place of a pod's answer whose status the route lists.
+    fn on_answer<'a>(
+        &'a self,
+        context: &'a mut RequestContext<'_>,
+        outcome: Result<Answer, ProxyError>,
+        services: &'a Services,
+    ) -> Step<'a, Result<Answer, ProxyError>> {
+        let status = match &outcome {
+            Ok(answer) if self.codes.contains(&answer.response.status().as_u16()) => {
+                answer.response.status()
+            }
+            _ => return Step::Done(outcome),
+        };
+        let (Some(target), Some(request)) = (
+            context.target,
+            context.slots.take::<Box<ErrorPageRequest>>(),
+        ) else {
+            return Step::Done(outcome);
+        };
+        let (table, client) = (context.table, context.real_client);
+        Step::Wait(Box::pin(async move {
+            let settings = services.attempt_settings();
+            match request.ask(status, table, &target, settings, client).await {
+                Some(page) => Ok(page),
+                None => outcome,
+            }
+        }))
+    }
+}
 
 /// The route's target, or the same route served by its `default-backend` when its own
 /// backend has no endpoint to send to; then also the backend it stands in for.
@@ -107,11 +190,6 @@ impl ErrorPageRequest {
             head: upstream.method == Method::HEAD,
             headers,
         }))
-    }
-
-    /// Whether the pod's `status` is one the route hands to the default backend.
-    pub(crate) fn intercepts(pages: Option<&ErrorPages>, status: StatusCode) -> bool {
-        pages.is_some_and(|pages| pages.codes.contains(&status.as_u16()))
     }
 
     /// Asks the default backend (the annotation's, else the table's) for `/` with `X-Code`,

@@ -1,7 +1,7 @@
 //! External auth (`auth-url`): nginx's `auth_request` subrequest to an auth service such as oauth2-proxy, its answer's headers, the sign-in redirect, and the answer cache.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -11,12 +11,11 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri}
 use http_body_util::Full;
 use sluice_routing::{ExternalAuth, RoutePolicy, Variable};
 
-use crate::error::ProxyError;
-use crate::filters::access::Grant;
-use crate::filters::template::{escape, fill, http_host, pass_access_scheme, request_uri, scheme};
-use crate::filters::RequestContext;
+use super::access::{auth_denied, auth_failed, Grant};
+use super::contract::{LocalAnswer, RequestContext};
+use super::template::{escape, fill, http_host, pass_access_scheme, request_uri, scheme};
+use super::Services;
 use crate::headers::headers_for_copy;
-use crate::upstream::outbound::OutboundClient;
 
 /// How long the auth service may take when the route sets no `proxy-read-timeout` (nginx's
 /// default `proxy_read_timeout`).
@@ -36,8 +35,12 @@ pub(crate) struct ExternalCheck {
     auth: ExternalAuth,
     timeout: Duration,
     copied: Vec<HeaderName>,
-    cache: Mutex<HashMap<String, (Instant, Answer)>>,
+    /// The answer cache, the runtime's for this route and these settings (found once).
+    cache: OnceLock<Arc<AnswerCache>>,
 }
+
+/// Answers kept by their cache key, with when each expires.
+type AnswerCache = Mutex<HashMap<String, (Instant, Answer)>>;
 
 impl ExternalCheck {
     pub(crate) fn new(auth: ExternalAuth, policy: &RoutePolicy) -> Self {
@@ -50,7 +53,7 @@ impl ExternalCheck {
             auth,
             timeout: policy.timeouts.read.unwrap_or(DEFAULT_AUTH_TIMEOUT),
             copied,
-            cache: Mutex::default(),
+            cache: OnceLock::new(),
         }
     }
 
@@ -60,20 +63,27 @@ impl ExternalCheck {
         &self,
         context: &RequestContext<'_>,
         request: &Parts,
-        client: &OutboundClient,
-    ) -> Result<Grant, ProxyError> {
+        services: &Services,
+    ) -> Result<Grant, Box<LocalAnswer>> {
         let key = self
             .auth
             .cache
             .as_ref()
             .map(|cache| fill(&cache.key, context, request));
-        let cached = key.as_deref().and_then(|key| self.cached(key));
+        let cache = self.cache.get_or_init(|| {
+            let route = context
+                .target
+                .map(|target| target.ingress)
+                .unwrap_or_default();
+            services.state(&format!("{route} {:?}", self.auth), AnswerCache::default)
+        });
+        let cached = key.as_deref().and_then(|key| Self::cached(cache, key));
         let answer = match cached {
             Some(answer) => answer,
             None => {
-                let answer = self.ask(context, request, client).await?;
+                let answer = self.ask(context, request, services).await?;
                 if let Some(key) = key {
-                    self.remember(key, &answer);
+                    self.remember(cache, key, &answer);
                 }
                 answer
             }
@@ -86,7 +96,7 @@ impl ExternalCheck {
         answer: Answer,
         context: &RequestContext<'_>,
         request: &Parts,
-    ) -> Result<Grant, ProxyError> {
+    ) -> Result<Grant, Box<LocalAnswer>> {
         let cookies: Vec<HeaderValue> =
             answer.headers.get_all(SET_COOKIE).iter().cloned().collect();
         if answer.status.is_success() {
@@ -105,10 +115,7 @@ impl ExternalCheck {
             if let Some(signin) = &self.auth.signin {
                 let location = self.signin_location(signin, context, request);
                 if let Ok(location) = HeaderValue::try_from(location) {
-                    return Err(ProxyError::Redirect {
-                        status: StatusCode::FOUND,
-                        location,
-                    });
+                    return Err(LocalAnswer::redirect(StatusCode::FOUND, location));
                 }
             }
         }
@@ -122,13 +129,10 @@ impl ExternalCheck {
                     headers.append(SET_COOKIE, cookie);
                 }
             }
-            return Err(ProxyError::AuthDenied {
-                status: answer.status,
-                headers: Box::new(headers),
-            });
+            return Err(auth_denied(answer.status, &headers));
         }
         tracing::warn!(status = %answer.status, "the auth service answered neither 2xx, 401 nor 403: 500");
-        Err(ProxyError::AuthFailed)
+        Err(auth_failed())
     }
 
     /// `auth-signin`, with the URL the client asked for under the redirect parameter unless
@@ -164,20 +168,20 @@ impl ExternalCheck {
         location
     }
 
-    fn cached(&self, key: &str) -> Option<Answer> {
-        let cache = self.cache.lock().ok()?;
+    fn cached(cache: &AnswerCache, key: &str) -> Option<Answer> {
+        let cache = cache.lock().ok()?;
         let (expires, answer) = cache.get(key)?;
         (*expires > Instant::now()).then(|| answer.clone())
     }
 
-    fn remember(&self, key: String, answer: &Answer) {
+    fn remember(&self, cache: &AnswerCache, key: String, answer: &Answer) {
         let Some(settings) = &self.auth.cache else {
             return;
         };
         if !settings.statuses.contains(&answer.status.as_u16()) {
             return;
         }
-        let Ok(mut cache) = self.cache.lock() else {
+        let Ok(mut cache) = cache.lock() else {
             return;
         };
         let now = Instant::now();
@@ -196,14 +200,14 @@ impl ExternalCheck {
         &self,
         context: &RequestContext<'_>,
         request: &Parts,
-        client: &OutboundClient,
-    ) -> Result<Answer, ProxyError> {
-        let client = client.get().map_err(|error| {
+        services: &Services,
+    ) -> Result<Answer, Box<LocalAnswer>> {
+        let client = services.outbound.get().map_err(|error| {
             tracing::warn!(%error, "no client for the auth service");
-            ProxyError::AuthFailed
+            auth_failed()
         })?;
         let url = fill(&self.auth.url, context, request);
-        let uri = Uri::try_from(url.as_str()).map_err(|_| ProxyError::AuthFailed)?;
+        let uri = Uri::try_from(url.as_str()).map_err(|_| auth_failed())?;
         let method = self
             .auth
             .method
@@ -222,11 +226,11 @@ impl ExternalCheck {
             }),
             Ok(Err(error)) => {
                 tracing::warn!(%error, url, "the auth service could not be reached: 500");
-                Err(ProxyError::AuthFailed)
+                Err(auth_failed())
             }
             Err(_) => {
                 tracing::warn!(url, timeout = ?self.timeout, "the auth service did not answer in time: 500");
-                Err(ProxyError::AuthFailed)
+                Err(auth_failed())
             }
         }
     }

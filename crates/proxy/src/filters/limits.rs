@@ -2,15 +2,15 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use http::request::Parts;
 use http::StatusCode;
-use sluice_routing::RateLimits;
+use sluice_routing::{RateLimits, RoutePolicy};
 
-use crate::error::ProxyError;
-use crate::filters::{Filter, ProxyScope, RequestContext};
+use super::contract::{grpc_status, Filter, Flow, LocalAnswer, RequestContext};
+use super::{boxed, RouteFilter, Services};
 
 /// The most clients one bucket tracks; when full, drained clients are forgotten, and if that
 /// is not enough, all of them.
@@ -18,16 +18,22 @@ const MAX_CLIENTS: usize = 65_536;
 /// How often drained (idle) clients are forgotten.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
-/// The limits of one route policy, with their per-client state.
+/// The limits of one route policy. Their per-client state lives in the runtime, under the
+/// route and the limits, so a recompile that leaves them as they were keeps the counts.
 pub(crate) struct ClientLimits {
     limits: RateLimits,
     status: StatusCode,
+    state: OnceLock<Arc<LimitState>>,
+}
+
+/// The per-client state of one route's limits.
+struct LimitState {
     buckets: Vec<Bucket>,
     connections: Option<Arc<Connections>>,
 }
 
-impl ClientLimits {
-    pub(crate) fn new(limits: &RateLimits) -> Self {
+impl LimitState {
+    fn new(limits: &RateLimits) -> Self {
         // ingress-nginx's burst is the limit times the multiplier, for both rates.
         let burst = f64::from(limits.burst_multiplier);
         let mut buckets = Vec::new();
@@ -38,21 +44,56 @@ impl ClientLimits {
             buckets.push(Bucket::new(rpm / 60.0, rpm * burst));
         }
         Self {
-            status: StatusCode::from_u16(limits.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
-            connections: limits.connections.map(Connections::new),
             buckets,
-            limits: limits.clone(),
+            connections: limits.connections.map(Connections::new),
         }
     }
 }
 
-impl Filter for ClientLimits {
+impl ClientLimits {
+    pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
+        let limits = policy.limits.as_ref()?;
+        boxed(Self {
+            status: StatusCode::from_u16(limits.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            limits: limits.clone(),
+            state: OnceLock::new(),
+        })
+    }
+
+    /// The limits' state: the runtime's for this route and these limits, found once.
+    fn state(&self, context: &RequestContext<'_>, services: &Services) -> &LimitState {
+        self.state.get_or_init(|| {
+            let route = context
+                .target
+                .map(|target| target.ingress)
+                .unwrap_or_default();
+            let key = format!("{route} {:?}", self.limits);
+            services.state(&key, || LimitState::new(&self.limits))
+        })
+    }
+
+    fn limited(&self) -> Box<LocalAnswer> {
+        let body = match self.status {
+            StatusCode::TOO_MANY_REQUESTS => "429 too many requests\n",
+            StatusCode::SERVICE_UNAVAILABLE => "503 service temporarily unavailable\n",
+            _ => "request limited\n",
+        };
+        LocalAnswer::refusal(
+            self.status,
+            body,
+            grpc_status::RESOURCE_EXHAUSTED,
+            "client over the route's limit",
+        )
+    }
+}
+
+impl Filter<Services> for ClientLimits {
     fn on_request(
         &self,
         context: &mut RequestContext<'_>,
         _request: &Parts,
-        _proxy: &ProxyScope<'_>,
-    ) -> Result<(), ProxyError> {
+        services: &Services,
+    ) -> Flow {
         let client = context.real_client;
         if self
             .limits
@@ -63,15 +104,18 @@ impl Filter for ClientLimits {
             return Ok(());
         }
         let now = Instant::now();
-        let limited = ProxyError::Limited {
-            status: self.status,
-        };
-        if !self.buckets.iter().all(|bucket| bucket.admits(client, now)) {
-            return Err(limited);
+        let state = self.state(context, services);
+        if !state
+            .buckets
+            .iter()
+            .all(|bucket| bucket.admits(client, now))
+        {
+            return Err(self.limited());
         }
-        if let Some(connections) = &self.connections {
-            let slot = Connections::take(connections, SlotKey::Address(client)).ok_or(limited)?;
-            context.slots.push(slot);
+        if let Some(connections) = &state.connections {
+            let slot = Connections::take(connections, SlotKey::Address(client))
+                .ok_or_else(|| self.limited())?;
+            context.held.push(Box::new(slot));
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Mirrors (`mirror-target`, and Gateway API `RequestMirror` filters): a copy of each request goes to a mirror, fire-and-forget; its answer is discarded and its failure never touches the client's request.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,19 +11,21 @@ use http::{HeaderName, HeaderValue, Request, Uri};
 use http_body_util::Full;
 use sluice_routing::{GatewayMirror, Mirror, RoutePolicy, RoutingTable};
 
-use crate::filters::template::{fill, request_uri};
-use crate::filters::RequestContext;
+use super::contract::{Filter, Flow, RequestContext, Step};
+use super::template::{fill, request_uri};
+use super::{boxed, RouteFilter, Services};
 use crate::headers::headers_for_copy;
 use crate::upstream::body::RequestBody;
-use crate::upstream::outbound::OutboundClient;
 
-/// The most mirrored requests in progress, for the whole process: past it, copies are
-/// skipped, so a slow mirror can never hold more than this much memory.
+/// The most mirrored requests in progress, for the whole process (counted in the runtime):
+/// past it, copies are skipped, so a slow mirror can never hold more than this much memory.
 const MAX_IN_FLIGHT: usize = 1024;
 /// How long a mirror may take when the route sets no `proxy-read-timeout`.
 const DEFAULT_MIRROR_TIMEOUT: Duration = Duration::from_secs(60);
 
-static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Mirrored requests in progress, for the whole process.
+#[derive(Default)]
+struct MirrorsInFlight(AtomicUsize);
 
 const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
 
@@ -36,20 +39,11 @@ pub(crate) struct MirrorCopy {
 pub(crate) struct MirrorHead(Box<Request<()>>);
 
 impl MirrorCopy {
-    pub(crate) fn of(policy: &RoutePolicy) -> Option<Self> {
-        Some(Self {
+    pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
+        boxed(Self {
             mirror: policy.mirror.clone()?,
             timeout: policy.timeouts.read.unwrap_or(DEFAULT_MIRROR_TIMEOUT),
         })
-    }
-
-    /// Whether a copy carries the body, so the body must be kept to send twice.
-    pub(crate) fn wants_body(policy: &RoutePolicy) -> bool {
-        policy.mirror.as_ref().is_some_and(|mirror| mirror.body)
-            || policy
-                .gateway
-                .as_ref()
-                .is_some_and(|g| !g.mirrors.is_empty())
     }
 
     /// The copy's head: the client's method and headers (hop-by-hop and framing dropped), the
@@ -83,18 +77,92 @@ impl MirrorCopy {
         *copy.uri_mut() = uri;
         Some(MirrorHead(Box::new(copy)))
     }
+}
+
+/// The copy's head, kept from the request filters to the body-ready phase.
+struct CopyHead(MirrorHead);
+
+impl Filter<Services> for MirrorCopy {
+    fn on_request(&self, context: &mut RequestContext<'_>, request: &Parts, _: &Services) -> Flow {
+        if let Some(head) = self.head(context, request) {
+            context.slots.insert(CopyHead(head));
+        }
+        Ok(())
+    }
+
+    fn keeps_body(&self) -> bool {
+        self.mirror.body
+    }
 
     /// Sends the copy in the background. A body streamed to the pod (larger than the replay
     /// buffer) cannot be copied: that request is not mirrored.
-    pub(crate) fn send(&self, head: MirrorHead, body: &RequestBody, client: &OutboundClient) {
-        send_copy(head, body, self.mirror.body, client, self.timeout);
+    fn on_body_ready(
+        &self,
+        context: &mut RequestContext<'_>,
+        _upstream: &Parts,
+        body: &RequestBody,
+        services: &Services,
+    ) {
+        if let Some(CopyHead(head)) = context.slots.take() {
+            send_copy(head, body, self.mirror.body, services, self.timeout);
+        }
+    }
+}
+
+/// An HTTPRoute's `RequestMirror` filters: they copy the request as the route's other
+/// filters left it, as Envoy's do.
+pub(crate) struct GatewayMirrors(Vec<GatewayMirror>);
+
+/// The heads of this request's Gateway API copies.
+struct GatewayCopies(Vec<MirrorHead>);
+
+impl GatewayMirrors {
+    pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
+        let mirrors = &policy.gateway.as_ref()?.mirrors;
+        (!mirrors.is_empty())
+            .then(|| boxed(Self(mirrors.clone())))
+            .flatten()
+    }
+}
+
+impl Filter<Services> for GatewayMirrors {
+    fn on_upstream_request<'a>(
+        &'a self,
+        context: &'a mut RequestContext<'_>,
+        upstream: &'a mut Parts,
+        _: &'a Services,
+    ) -> Step<'a, Flow> {
+        let heads = gateway_mirror_heads(&self.0, context.table, upstream);
+        if !heads.is_empty() {
+            context.slots.insert(GatewayCopies(heads));
+        }
+        Step::Done(Ok(()))
+    }
+
+    fn keeps_body(&self) -> bool {
+        true
+    }
+
+    /// Sends the copies, with the request's body.
+    fn on_body_ready(
+        &self,
+        context: &mut RequestContext<'_>,
+        _upstream: &Parts,
+        body: &RequestBody,
+        services: &Services,
+    ) {
+        if let Some(GatewayCopies(heads)) = context.slots.take() {
+            for head in heads {
+                send_copy(head, body, true, services, DEFAULT_MIRROR_TIMEOUT);
+            }
+        }
     }
 }
 
 /// The heads of a Gateway API route's `RequestMirror` copies for this request: for each
 /// mirror whose share draws it, the upstream request's method, target and headers (after the
 /// route's filters), sent to one ready endpoint of the mirror's backend (at random).
-pub(crate) fn gateway_mirror_heads(
+fn gateway_mirror_heads(
     mirrors: &[GatewayMirror],
     table: &RoutingTable,
     request: &Parts,
@@ -123,24 +191,13 @@ pub(crate) fn gateway_mirror_heads(
         .collect()
 }
 
-/// Sends Gateway API mirror copies, with the request's body.
-pub(crate) fn send_gateway_copies(
-    heads: Vec<MirrorHead>,
-    body: &RequestBody,
-    client: &OutboundClient,
-) {
-    for head in heads {
-        send_copy(head, body, true, client, DEFAULT_MIRROR_TIMEOUT);
-    }
-}
-
 /// Sends one copy in the background, with the body when `with_body` (a body streamed to the
 /// pod cannot be copied: then nothing is sent), at most `timeout` long.
 fn send_copy(
     head: MirrorHead,
     body: &RequestBody,
     with_body: bool,
-    client: &OutboundClient,
+    services: &Services,
     timeout: Duration,
 ) {
     let bytes = match (with_body, body) {
@@ -151,10 +208,10 @@ fn send_copy(
             return;
         }
     };
-    let Ok(client) = client.get().cloned() else {
+    let Ok(client) = services.outbound.get().cloned() else {
         return;
     };
-    let Some(slot) = InFlight::take() else {
+    let Some(slot) = InFlight::take(services.state("", MirrorsInFlight::default)) else {
         tracing::debug!("{MAX_IN_FLIGHT} mirrored requests in progress: this one is skipped");
         return;
     };
@@ -174,21 +231,21 @@ fn send_copy(
 }
 
 /// One mirrored request in progress.
-struct InFlight;
+struct InFlight(Arc<MirrorsInFlight>);
 
 impl InFlight {
-    fn take() -> Option<Self> {
-        let before = IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+    fn take(count: Arc<MirrorsInFlight>) -> Option<Self> {
+        let before = count.0.fetch_add(1, Ordering::Relaxed);
         if before >= MAX_IN_FLIGHT {
-            IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+            count.0.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        Some(Self)
+        Some(Self(count))
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+        self.0 .0.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -3,9 +3,9 @@
 use http::request::Parts;
 use sluice_routing::Variable;
 
-use crate::filters::RequestContext;
+use crate::filters::contract::RequestContext;
 use crate::headers::host_without_port;
-use crate::upstream::session_key::request_cookie;
+use crate::headers::request_cookie;
 
 /// A template with the request's values for its nginx variables.
 pub(crate) fn fill(template: &[Variable], context: &RequestContext<'_>, request: &Parts) -> String {
@@ -54,7 +54,7 @@ pub(crate) fn http_host<'c>(context: &'c RequestContext<'_>) -> &'c str {
 
 /// nginx's `$scheme`: the client's connection.
 pub(crate) fn scheme(context: &RequestContext<'_>) -> &'static str {
-    if context.client.tls.is_some() {
+    if context.connection.over_tls {
         "https"
     } else {
         "http"
@@ -69,6 +69,12 @@ pub(crate) fn pass_access_scheme(context: &RequestContext<'_>) -> &'static str {
     } else {
         scheme(context)
     }
+}
+
+/// The prefix the request's route matched, for a Gateway API `ReplacePrefixMatch`.
+pub(crate) fn matched_prefix<'c>(context: &'c RequestContext<'_>) -> Option<&'c str> {
+    let path = context.target.as_ref()?.path?;
+    (path.kind() == sluice_routing::PathKind::Prefix).then(|| path.path())
 }
 
 fn argument<'r>(request: &'r Parts, name: &str) -> Option<&'r str> {

@@ -13,7 +13,8 @@ use std::str::FromStr;
 use http::header::{HeaderMap, HeaderName, HeaderValue, FORWARDED};
 use ipnet::IpNet;
 
-use crate::server::ClientInfo;
+use crate::connection::ClientInfo;
+use crate::headers::forwarded_for;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -142,12 +143,6 @@ impl Forwarding {
         headers.insert(X_REQUEST_ID, request_id.clone());
     }
 
-    /// `X-Forwarded-For` as the trusted proxy in front sent it (its fields joined), or `None`
-    /// from an untrusted peer, whose header is not believed.
-    pub(crate) fn trusted_forwarded_for(&self, headers: &HeaderMap) -> Option<String> {
-        self.trusted.then(|| forwarded_for(headers).join(", "))
-    }
-
     /// Whether a trusted proxy in front says the request arrived over HTTPS
     /// (`X-Forwarded-Proto: https`).
     pub(crate) fn says_https(&self, headers: &HeaderMap) -> bool {
@@ -203,18 +198,6 @@ fn remove_forwarding(headers: &mut HeaderMap) {
 /// An address as a header value.
 fn address_value(address: IpAddr) -> HeaderValue {
     HeaderValue::try_from(address.to_string()).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-/// The hops of every `X-Forwarded-For` field, in order.
-fn forwarded_for(headers: &HeaderMap) -> Vec<String> {
-    headers
-        .get_all(X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .map(|hop| hop.trim().to_owned())
-        .filter(|hop| !hop.is_empty())
-        .collect()
 }
 
 /// One `X-Forwarded-For` hop as an address: `1.2.3.4`, `1.2.3.4:5678`, `::1` or `[::1]:80`.

@@ -15,7 +15,6 @@ const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 const DEADLINE_EXCEEDED: u8 = 4;
 const RESOURCE_EXHAUSTED: u8 = 8;
 const UNIMPLEMENTED: u8 = 12;
-const PERMISSION_DENIED: u8 = 7;
 const UNAUTHENTICATED: u8 = 16;
 const INTERNAL: u8 = 13;
 const UNAVAILABLE: u8 = 14;
@@ -53,13 +52,7 @@ fn status_of(error: &ProxyError) -> u8 {
     match error {
         ProxyError::NoRoute => UNIMPLEMENTED,
         ProxyError::ClientCertificate { .. } => UNAUTHENTICATED,
-        ProxyError::Forbidden => PERMISSION_DENIED,
-        ProxyError::AuthDenied { status, .. } if *status == http::StatusCode::FORBIDDEN => {
-            PERMISSION_DENIED
-        }
-        ProxyError::AuthDenied { .. } => UNAUTHENTICATED,
-        ProxyError::AuthFailed | ProxyError::InvalidBackendRef => INTERNAL,
-        ProxyError::Limited { .. } => RESOURCE_EXHAUSTED,
+        ProxyError::InvalidBackendRef => INTERNAL,
         ProxyError::ResponseTimeout | ProxyError::UploadStalled | ProxyError::ClientBodyTimeout => {
             DEADLINE_EXCEEDED
         }
@@ -73,22 +66,24 @@ fn status_of(error: &ProxyError) -> u8 {
         | ProxyError::UpstreamUnavailable(_)
         | ProxyError::ResponseCut(_)
         | ProxyError::ConnectTimeout
-        | ProxyError::Misdirected
-        | ProxyError::RouteDenied
-        | ProxyError::Preflight(_)
-        | ProxyError::Redirect { .. }
-        | ProxyError::Answered(_) => UNAVAILABLE,
+        | ProxyError::Misdirected => UNAVAILABLE,
     }
 }
 
 /// A trailers-only response (HTTP 200, the status in the headers, no body) for `error`.
 pub(crate) fn error_response<B>(error: &ProxyError, empty: B) -> Response<B> {
+    let message = error.to_string();
+    refusal(status_of(error), &message, empty)
+}
+
+/// A trailers-only response with gRPC status `status` and `message`.
+pub(crate) fn refusal<B>(status: u8, message: &str, empty: B) -> Response<B> {
     let mut response = Response::new(empty);
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert(GRPC_STATUS, HeaderValue::from(u16::from(status_of(error))));
-    if let Ok(message) = HeaderValue::try_from(error.to_string()) {
+    headers.insert(GRPC_STATUS, HeaderValue::from(u16::from(status)));
+    if let Ok(message) = HeaderValue::try_from(message) {
         headers.insert(GRPC_MESSAGE, message);
     }
     response

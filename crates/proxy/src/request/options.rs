@@ -7,6 +7,9 @@ use crate::upstream::retry_buffer::{
     DEFAULT_RESPONSE_RETRY_BUFFER, DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL,
 };
 
+/// `--body-idle-timeout`: the longest pause between body chunks, either way.
+pub const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How long to wait for a TCP connection to an endpoint.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long to wait for an endpoint's response headers once the request body is sent
@@ -52,7 +55,7 @@ impl Default for ProxyOptions {
         Self {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_header_timeout: DEFAULT_RESPONSE_HEADER_TIMEOUT,
-            body_idle_timeout: crate::server::DEFAULT_BODY_IDLE_TIMEOUT,
+            body_idle_timeout: DEFAULT_BODY_IDLE_TIMEOUT,
             upstream_idle_timeout: DEFAULT_UPSTREAM_IDLE_TIMEOUT,
             max_body_size: None,
             trusted_proxies: TrustedProxies::default(),

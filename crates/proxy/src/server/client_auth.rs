@@ -7,20 +7,9 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ServerConnection, WebPkiClientVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
-use sluice_routing::{ClientAuth, VerifyClient};
+use sluice_routing::ClientAuth;
 
-/// What the client showed, checked against the site's CAs after the handshake.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClientCertificate {
-    /// The site asks for none.
-    NotAsked,
-    /// Asked for, none sent.
-    None,
-    /// Sent and signed by the site's CA (the leaf).
-    Verified(CertificateDer<'static>),
-    /// Sent, and it does not verify (why).
-    Failed(String),
-}
+use crate::connection::ClientCertificate;
 
 /// The two verifiers of a site that asks for client certificates: the one the handshake uses
 /// (asks, checks the client's signature, accepts any certificate) and the strict one the
@@ -60,18 +49,6 @@ impl ClientCheck {
         {
             Ok(_) => ClientCertificate::Verified(leaf.clone().into_owned()),
             Err(error) => ClientCertificate::Failed(error.to_string()),
-        }
-    }
-}
-
-impl ClientCertificate {
-    /// Whether a request may go on under `verify`: `on` needs a verified certificate,
-    /// `optional` refuses only one that was sent and does not verify.
-    pub(crate) fn allows(&self, verify: VerifyClient) -> bool {
-        match self {
-            Self::NotAsked | Self::Verified(_) => true,
-            Self::None => verify == VerifyClient::Optional,
-            Self::Failed(_) => false,
         }
     }
 }

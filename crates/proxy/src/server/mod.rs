@@ -34,25 +34,25 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::telemetry::{ListenerMetrics, OpenConnection};
 use accept::Acceptor;
 use activity::{ClientTimeouts, ConnectionActivity, Expiry, RequestActivity};
-pub use client_auth::ClientCertificate;
 use client_io::ClientIo;
 use framing::HeadProblem;
 use rewound::Rewound;
 use tls::Handshake;
-pub use tls::{TlsInfo, TlsSetupError, TlsTerminator};
+pub use tls::{TlsSetupError, TlsTerminator};
+
+use crate::connection::ClientInfo;
+use crate::request::options::DEFAULT_BODY_IDLE_TIMEOUT;
+use crate::shutdown::ShutdownSignal;
 
 /// `--client-header-timeout`: the whole request head must arrive within this (slowloris).
 pub const DEFAULT_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// `--client-idle-timeout`: a keep-alive connection with no request in flight closes after this.
 pub const DEFAULT_CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// `--body-idle-timeout`: the longest pause between body chunks, either way.
-pub const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// `--max-header-bytes`: the request line and headers together (431 beyond).
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 /// `--max-headers`: header fields per request (431 beyond); hyper's default.
@@ -61,78 +61,6 @@ pub const DEFAULT_MAX_HEADERS: usize = 100;
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
 /// hyper's own smallest read buffer.
 const MIN_READ_BUFFER: usize = 8 * 1024;
-
-/// Where a process is in its shutdown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Phase {
-    Serving,
-    /// Told to stop: readiness fails so load balancers move away, but requests are still
-    /// served on every connection.
-    Draining,
-    /// Listeners close, idle keep-alive connections close, requests in flight finish.
-    Stopping,
-}
-
-/// Moves every server of the process through the shutdown phases.
-#[derive(Debug)]
-pub struct ShutdownTrigger(watch::Sender<Phase>);
-
-impl ShutdownTrigger {
-    /// Enters [`Phase::Draining`] (no-op once stopping).
-    pub fn drain(&self) {
-        self.0.send_if_modified(|phase| {
-            let changed = *phase == Phase::Serving;
-            if changed {
-                *phase = Phase::Draining;
-            }
-            changed
-        });
-    }
-
-    /// Enters [`Phase::Stopping`]. Dropping the trigger does the same.
-    pub fn stop(&self) {
-        let _ = self.0.send(Phase::Stopping);
-    }
-}
-
-/// Tells servers to drain and stop. Cloned into every server of the process.
-#[derive(Clone, Debug)]
-pub struct ShutdownSignal(watch::Receiver<Phase>);
-
-impl ShutdownSignal {
-    /// A signal and the trigger that moves it on.
-    pub fn new() -> (ShutdownTrigger, Self) {
-        let (sender, receiver) = watch::channel(Phase::Serving);
-        (ShutdownTrigger(sender), Self(receiver))
-    }
-
-    /// Resolves once the servers should stop accepting (or the trigger is gone).
-    pub async fn wait(mut self) {
-        let _ = self.0.wait_for(|phase| *phase == Phase::Stopping).await;
-    }
-
-    /// Resolves once draining has begun (or the trigger is gone).
-    pub async fn draining(mut self) {
-        let _ = self.0.wait_for(|phase| *phase >= Phase::Draining).await;
-    }
-}
-
-/// What a handler knows about the connection a request arrived on.
-#[derive(Clone, Debug)]
-pub struct ClientInfo {
-    /// The TCP peer: the client, or a load balancer that speaks the PROXY protocol.
-    pub peer: SocketAddr,
-    /// The client: the PROXY header's source address, else the peer.
-    pub client: SocketAddr,
-    /// The address the client connected to: the PROXY header's destination, else the
-    /// listener's own address.
-    pub server: SocketAddr,
-    /// The TLS session, on the TLS listener.
-    pub tls: Option<Arc<TlsInfo>>,
-    /// On a Gateway listener's socket: the address it is bound on, which selects the
-    /// Gateway listeners whose routes the request is matched against.
-    pub gateway_socket: Option<SocketAddr>,
-}
 
 /// A listener's protocol options and client limits.
 #[derive(Clone, Debug)]

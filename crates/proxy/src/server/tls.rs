@@ -16,48 +16,10 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::LazyConfigAcceptor;
 
-use super::client_auth::{ClientCertificate, ClientCheck};
+use super::client_auth::ClientCheck;
 use super::rewound::Rewound;
+use crate::connection::{ClientCertificate, TlsInfo};
 use crate::request::table_handle::TableHandle;
-
-/// What a request knows about the TLS connection it arrived on.
-#[derive(Debug)]
-pub struct TlsInfo {
-    /// The server name the client sent, lowercase.
-    pub sni: Option<Box<str>>,
-    /// `TLSv1.2` or `TLSv1.3`.
-    pub version: &'static str,
-    /// The site the handshake used; `None` when it served the default certificate.
-    pub site: Option<Arc<TlsSite>>,
-    /// The client's certificate, checked against the site's CAs.
-    pub client_certificate: ClientCertificate,
-}
-
-impl TlsInfo {
-    /// Whether the connection's client certificate lets a request through: `None` when it
-    /// does, else whether one was sent (for the 400 that says why).
-    pub(crate) fn client_refusal(&self) -> Option<bool> {
-        let verify = self.site.as_ref()?.client_auth.as_ref()?.verify;
-        match self.client_certificate.allows(verify) {
-            true => None,
-            false => Some(self.client_certificate != ClientCertificate::None),
-        }
-    }
-
-    /// Whether a request for a host whose site is `host_site` may use this connection: the
-    /// host's certificate and client-certificate rule must be the ones this connection was set
-    /// up with (else 421 Misdirected Request, RFC 9110 §15.5.20). A host without a TLS entry
-    /// may use any connection.
-    pub(crate) fn may_serve(&self, host_site: Option<&Arc<TlsSite>>) -> bool {
-        match (host_site, &self.site) {
-            (None, _) => true,
-            (Some(host), Some(connection)) => {
-                Arc::ptr_eq(host, connection) || host.same_terms(connection)
-            }
-            (Some(host), None) => host.certificate.is_none() && host.client_auth.is_none(),
-        }
-    }
-}
 
 /// The outcome of a TLS listener's first bytes.
 pub(crate) enum Handshake {

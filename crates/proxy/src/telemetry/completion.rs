@@ -5,7 +5,6 @@ use std::time::Instant;
 
 use http::StatusCode;
 
-use crate::filters::limits::ConnectionSlot;
 use crate::telemetry::access_log::{AccessLog, AccessRecord};
 use crate::telemetry::{Measured, RouteMetrics};
 
@@ -20,9 +19,9 @@ pub(crate) struct Completion {
     /// The access-log line, with its sizes and duration still to fill in; `None` when the
     /// access log is off.
     pub(crate) log: Option<Box<(Arc<AccessLog>, AccessRecord)>>,
-    /// The request's places under `limit-connections` and Traefik's `inFlightReq`, held until
-    /// the response ends.
-    pub(crate) slots: Vec<ConnectionSlot>,
+    /// Places the request holds until its response ends (under `limit-connections` and
+    /// Traefik's `inFlightReq`).
+    pub(crate) held: Vec<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Completion {
@@ -30,7 +29,7 @@ impl Completion {
     /// finishing, when the client left, gives its `limit-connections` place back too.)
     pub(crate) fn finish(self, response_bytes: u64) {
         // The response has ended: the client may use its place for another request.
-        drop(self.slots);
+        drop(self.held);
         let duration = self.started.elapsed();
         self.route.record(
             self.method,

@@ -8,8 +8,8 @@ use http::header::HOST;
 use http::request::Parts;
 use sluice_routing::{stable_hash, Backend, Balancer, Endpoint, HashKey};
 
+use crate::headers::request_cookie;
 use crate::upstream::runtime::{EndpointRuntime, SetRuntime};
-use crate::upstream::session_key::request_cookie;
 
 /// The order in which a request tries a backend's eligible endpoints.
 pub(crate) struct Candidates {

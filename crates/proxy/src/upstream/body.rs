@@ -16,7 +16,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-use crate::error::ProxyError;
+use crate::error::{ProxyError, ResponseBodyError};
 use crate::telemetry::completion::Completion;
 use crate::upstream::health::InFlight;
 use crate::upstream::pool::Checkin;
@@ -465,17 +465,6 @@ impl HeldBody {
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.remaining)
     }
-}
-
-/// Why a response body stream from an endpoint ended in an error.
-#[derive(Debug, thiserror::Error)]
-pub enum ResponseBodyError {
-    #[error("the endpoint paused the response body for longer than the idle timeout")]
-    Stalled,
-    #[error("reading the response body failed")]
-    Read(#[source] hyper::Error),
-    #[error("the endpoint sent more body than its Content-Length declared")]
-    LongerThanDeclared,
 }
 
 /// A response body on its way to the client: the endpoint's, streaming or held, with the

@@ -1,6 +1,8 @@
-//! The data plane's runtime state in one place: per-endpoint connections and health, per-backend retry budgets, and metrics.
+//! The data plane's runtime state in one place: per-endpoint connections and health, per-backend retry budgets, the filters' per-policy state, and metrics.
 
-use std::sync::{Arc, OnceLock, RwLock};
+use std::any::{Any, TypeId};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use hashbrown::{HashMap, HashSet};
 use sluice_routing::{Backend, BackendId, Condition, Endpoint, EndpointSet, RoutingTable};
@@ -57,10 +59,53 @@ pub struct EndpointReport {
 pub struct Runtime {
     endpoints: RwLock<HashMap<Endpoint, Arc<EndpointRuntime>>>,
     budgets: RwLock<HashMap<BackendId, Arc<RetryBudget>>>,
+    /// The filters' per-policy state (rate-limit buckets, auth caches, the mirror cap), by
+    /// type and by the key its filter names (the route and the settings the state counts
+    /// under), so a recompile that leaves those as they were keeps the state.
+    policy_states: Mutex<HashMap<(TypeId, String), PolicyState>>,
     pub(crate) metrics: ProxyMetrics,
 }
 
+/// One policy state, and when a filter last asked for it.
+struct PolicyState {
+    value: Arc<dyn Any + Send + Sync>,
+    asked: Instant,
+}
+
+/// How long a policy state no filter holds is kept for a recompiled route to find again.
+const UNHELD_POLICY_STATE: Duration = Duration::from_secs(600);
+
 impl Runtime {
+    /// The policy state of type `T` under `key`, made by `init` when there is none. States
+    /// that no filter has held for ten minutes are forgotten as others are asked for.
+    pub(crate) fn policy_state<T: Any + Send + Sync>(
+        &self,
+        key: &str,
+        init: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        let now = Instant::now();
+        let Ok(mut states) = self.policy_states.lock() else {
+            return Arc::new(init());
+        };
+        states.retain(|_, state| {
+            Arc::strong_count(&state.value) > 1 || now - state.asked < UNHELD_POLICY_STATE
+        });
+        let key = (TypeId::of::<T>(), key.to_owned());
+        if let Some(state) = states.get_mut(&key) {
+            state.asked = now;
+            if let Ok(value) = Arc::clone(&state.value).downcast::<T>() {
+                return value;
+            }
+        }
+        let value = Arc::new(init());
+        let state = PolicyState {
+            value: value.clone(),
+            asked: now,
+        };
+        states.insert(key, state);
+        value
+    }
+
     /// The data plane's metrics, to register and read.
     pub fn metrics(&self) -> &ProxyMetrics {
         &self.metrics

@@ -1,11 +1,7 @@
-//! Sticky-session cookies: an opaque keyed hash names the endpoint, never its address.
+//! Session tokens: an opaque keyed hash names a session's endpoint, never its address.
 
-use std::time::{Duration, SystemTime};
-
-use http::header::COOKIE;
-use http::{HeaderMap, HeaderValue};
 use ring::hmac;
-use sluice_routing::{Condition, Endpoint, EndpointSet, SameSite, StickyCookie};
+use sluice_routing::{Condition, Endpoint, EndpointSet};
 
 /// The key session tokens are computed with. Every replica must use the same key so a session
 /// set by one is understood by the others.
@@ -55,48 +51,6 @@ impl Default for SessionKey {
     }
 }
 
-/// The value of the cookie `name` in the request's `Cookie` headers.
-pub(crate) fn request_cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|line| line.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value.trim_matches('"'))
-}
-
-/// The `Set-Cookie` header pinning a session to the endpoint whose cookie value is `value`.
-pub(crate) fn set_cookie(cookie: &StickyCookie, value: &str) -> Option<HeaderValue> {
-    let mut text = format!("{}={value}; Path={}", cookie.name, cookie.path);
-    if let Some(domain) = &cookie.domain {
-        text.push_str(&format!("; Domain={domain}"));
-    }
-    if let Some(max_age) = cookie.max_age {
-        text.push_str(&format!("; Max-Age={max_age}"));
-    }
-    if let Some(expires) = cookie.expires {
-        let at = SystemTime::now() + Duration::from_secs(expires);
-        text.push_str(&format!("; Expires={}", httpdate::fmt_http_date(at)));
-    }
-    if cookie.secure {
-        text.push_str("; Secure");
-    }
-    if cookie.http_only {
-        text.push_str("; HttpOnly");
-    }
-    if let Some(same_site) = cookie.same_site {
-        let name = match same_site {
-            SameSite::Strict => "Strict",
-            SameSite::Lax => "Lax",
-            SameSite::None => "None",
-        };
-        text.push_str(&format!("; SameSite={name}"));
-    }
-    HeaderValue::try_from(text).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,41 +94,5 @@ mod tests {
         let set =
             EndpointSet::with_terminating(vec![endpoint("10.1.2.9:8080")], vec![draining.clone()]);
         assert_eq!(key.pinned(&set, &key.value(&draining)), Some(&draining));
-    }
-
-    #[test]
-    fn reads_a_cookie_among_several() {
-        let mut headers = HeaderMap::new();
-        headers.append(COOKIE, HeaderValue::from_static("a=1; INGRESSCOOKIE=abc"));
-        headers.append(COOKIE, HeaderValue::from_static("b=2"));
-        assert_eq!(request_cookie(&headers, "INGRESSCOOKIE"), Some("abc"));
-        assert_eq!(request_cookie(&headers, "b"), Some("2"));
-        assert_eq!(request_cookie(&headers, "missing"), None);
-    }
-
-    #[test]
-    fn set_cookie_carries_every_attribute() {
-        let cookie = StickyCookie {
-            domain: Some("example.com".into()),
-            max_age: Some(60),
-            expires: Some(60),
-            secure: true,
-            same_site: Some(SameSite::Lax),
-            ..StickyCookie::named("route")
-        };
-        let header = set_cookie(&cookie, "00ff").expect("valid header");
-        let text = header.to_str().expect("ascii");
-        for part in [
-            "route=00ff",
-            "Path=/",
-            "Domain=example.com",
-            "Max-Age=60",
-            "Expires=",
-            "Secure",
-            "HttpOnly",
-            "SameSite=Lax",
-        ] {
-            assert!(text.contains(part), "{text} lacks {part}");
-        }
     }
 }

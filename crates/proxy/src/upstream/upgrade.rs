@@ -14,7 +14,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use crate::server::ShutdownSignal;
+use crate::shutdown::ShutdownSignal;
 use crate::upstream::health::InFlight;
 
 /// The protocol an HTTP/1.1 request asks to switch to (`Connection: upgrade` with `Upgrade`),
@@ -85,6 +85,74 @@ impl Drop for TunnelGuard {
         if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.closed.notify_waiters();
         }
+    }
+}
+
+/// A client's request to switch protocols (a WebSocket upgrade), taken from its request
+/// before the head goes upstream.
+pub(crate) struct ClientUpgrade {
+    protocol: HeaderValue,
+    on_upgrade: OnUpgrade,
+}
+
+impl ClientUpgrade {
+    /// The upgrade `request` asks for, when it asks for one the proxy passes on.
+    pub(crate) fn take<B>(request: &mut Request<B>) -> Option<Self> {
+        let protocol = requested_upgrade(request)?;
+        Some(Self {
+            protocol,
+            on_upgrade: hyper::upgrade::on(request),
+        })
+    }
+
+    /// Puts the upgrade back on the head that goes upstream (this hop's headers were removed).
+    pub(crate) fn restore(&self, headers: &mut HeaderMap) {
+        restore_upgrade_headers(headers, self.protocol.clone());
+    }
+}
+
+/// The process's upgraded connections: how long they may idle, when they end on shutdown,
+/// and how many are open.
+#[derive(Default)]
+pub(crate) struct Tunnels {
+    idle_timeout: Duration,
+    /// When tunnels must end on shutdown (set once).
+    shutdown: std::sync::OnceLock<TunnelShutdown>,
+    open: Arc<OpenTunnels>,
+}
+
+impl Tunnels {
+    pub(crate) fn new(idle_timeout: Duration) -> Self {
+        Self {
+            idle_timeout,
+            ..Self::default()
+        }
+    }
+
+    /// Tunnels get `grace_period` once `signal` stops the listeners. Set once.
+    pub(crate) fn watch_shutdown(&self, signal: ShutdownSignal, grace_period: Duration) {
+        let _ = self.shutdown.set(TunnelShutdown {
+            signal,
+            grace_period,
+        });
+    }
+
+    /// Resolves once every tunnel has ended.
+    pub(crate) async fn all_closed(&self) {
+        self.open.all_closed().await;
+    }
+
+    /// Joins the client's connection and the endpoint's, once both have switched protocols,
+    /// keeping the endpoint's load until the tunnel ends.
+    pub(crate) fn open(&self, client: ClientUpgrade, endpoint: OnUpgrade, in_flight: InFlight) {
+        tokio::spawn(tunnel(
+            client.on_upgrade,
+            endpoint,
+            in_flight,
+            self.idle_timeout,
+            self.shutdown.get().cloned(),
+            self.open.open(),
+        ));
     }
 }
 

@@ -9,7 +9,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use sluice_routing::middleware::{BasicAuthStep, IpAllowList, IpStrategy};
 
 use super::ChainRequest;
-use crate::error::{OwnAnswer, ProxyError};
+use super::{answered, OwnAnswer};
+use crate::filters::contract::LocalAnswer;
 use crate::filters::passwords::verify;
 
 /// The client's address as `strategy` picks it, as text (`None` when it picks none: a depth
@@ -39,7 +40,7 @@ pub(super) fn client_address(
             })
             .map(str::to_owned)
     } else {
-        Some(request.context.client.client.ip().to_string())
+        Some(request.context.connection.client.ip().to_string())
     };
     let picked = picked?;
     match (strategy.ipv6_subnet, parse_address(&picked)) {
@@ -68,7 +69,7 @@ fn parse_address(text: &str) -> Option<IpAddr> {
 pub(super) struct AllowListCheck(pub(super) Arc<IpAllowList>);
 
 impl AllowListCheck {
-    pub(super) fn check(&self, request: &ChainRequest<'_, '_>) -> Result<(), ProxyError> {
+    pub(super) fn check(&self, request: &ChainRequest<'_, '_>) -> Result<(), Box<LocalAnswer>> {
         let list = &self.0;
         let admitted = client_address(request, &list.strategy)
             .and_then(|text| parse_address(&text))
@@ -78,11 +79,11 @@ impl AllowListCheck {
         }
         let status = StatusCode::from_u16(list.reject_status).unwrap_or(StatusCode::FORBIDDEN);
         let reason = status.canonical_reason().unwrap_or("Forbidden");
-        Err(ProxyError::Answered(Box::new(OwnAnswer {
+        Err(answered(OwnAnswer {
             status,
             headers: HeaderMap::new(),
             body: bytes::Bytes::from_static(reason.as_bytes()),
-        })))
+        }))
     }
 }
 
@@ -91,7 +92,7 @@ impl AllowListCheck {
 pub(super) struct BasicAuthCheck(pub(super) Arc<BasicAuthStep>);
 
 impl BasicAuthCheck {
-    pub(super) fn check(&self, request: &mut ChainRequest<'_, '_>) -> Result<(), ProxyError> {
+    pub(super) fn check(&self, request: &mut ChainRequest<'_, '_>) -> Result<(), Box<LocalAnswer>> {
         let auth = &self.0;
         let headers = &mut request.upstream.headers;
         let user = credentials(headers.get(AUTHORIZATION)).and_then(|(user, password)| {
@@ -117,18 +118,18 @@ impl BasicAuthCheck {
         Ok(())
     }
 
-    fn challenge(&self) -> ProxyError {
+    fn challenge(&self) -> Box<LocalAnswer> {
         let mut headers = HeaderMap::new();
         let realm: String = self.0.realm.chars().filter(|c| *c != '"').collect();
         if let Ok(value) = HeaderValue::try_from(format!("Basic realm=\"{realm}\"")) {
             headers.insert(WWW_AUTHENTICATE, value);
         }
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-        ProxyError::Answered(Box::new(OwnAnswer {
+        answered(OwnAnswer {
             status: StatusCode::UNAUTHORIZED,
             headers,
             body: bytes::Bytes::from_static(b"401 Unauthorized\n"),
-        }))
+        })
     }
 }
 

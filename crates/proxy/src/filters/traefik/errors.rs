@@ -44,7 +44,7 @@ impl ErrorPages {
         };
         headers.remove(CONTENT_LENGTH);
         headers.remove(TRANSFER_ENCODING);
-        let scheme = if request.context.client.tls.is_some() {
+        let scheme = if request.context.connection.over_tls {
             "https"
         } else {
             "http"

@@ -10,7 +10,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use sluice_routing::middleware::ForwardAuth;
 
 use super::ChainRequest;
-use crate::error::{OwnAnswer, ProxyError};
+use super::{answered, OwnAnswer};
+use crate::filters::contract::LocalAnswer;
 use crate::headers::strip_hop_by_hop;
 use crate::upstream::outbound::{client_with_tls, HttpsClient, OutboundClient};
 
@@ -82,7 +83,7 @@ impl ForwardAuthCheck {
         &self,
         request: &mut ChainRequest<'_, '_>,
         outbound: &OutboundClient,
-    ) -> Result<Vec<HeaderValue>, ProxyError> {
+    ) -> Result<Vec<HeaderValue>, Box<LocalAnswer>> {
         let Some(address) = self.address.clone() else {
             return Err(unreachable());
         };
@@ -153,8 +154,8 @@ impl ForwardAuthCheck {
             }
             headers = kept;
         }
-        let client_ip = request.context.client.client.ip().to_string();
-        let proto = if request.context.client.tls.is_some() {
+        let client_ip = request.context.connection.client.ip().to_string();
+        let proto = if request.context.connection.over_tls {
             "https"
         } else {
             "http"
@@ -207,7 +208,7 @@ impl ForwardAuthCheck {
     async fn read(
         &self,
         response: http::Response<hyper::body::Incoming>,
-    ) -> Result<AuthAnswer, ProxyError> {
+    ) -> Result<AuthAnswer, Box<LocalAnswer>> {
         let (head, body) = response.into_parts();
         let limit = self
             .auth
@@ -277,17 +278,17 @@ impl ForwardAuthCheck {
     /// Anything but a 2xx goes to the client as the auth server sent it (a relative
     /// `Location` made absolute against the auth server's address), or, for a 401 with
     /// `authSigninURL`, a 302 to the sign-in page.
-    fn refuse(&self, answer: AuthAnswer) -> ProxyError {
+    fn refuse(&self, answer: AuthAnswer) -> Box<LocalAnswer> {
         if let (StatusCode::UNAUTHORIZED, Some(signin)) = (answer.status, &self.auth.signin_url) {
             let mut headers = HeaderMap::new();
             if let Ok(location) = HeaderValue::from_str(signin) {
                 headers.insert(LOCATION, location);
             }
-            return ProxyError::Answered(Box::new(OwnAnswer {
+            return answered(OwnAnswer {
                 status: StatusCode::FOUND,
                 headers,
                 body: Bytes::new(),
-            }));
+            });
         }
         let mut headers = answer.headers;
         strip_hop_by_hop(&mut headers);
@@ -302,11 +303,11 @@ impl ForwardAuthCheck {
                 headers.insert(LOCATION, location);
             }
         }
-        ProxyError::Answered(Box::new(OwnAnswer {
+        answered(OwnAnswer {
             status: answer.status,
             headers,
             body: answer.body,
-        }))
+        })
     }
 
     /// `addAuthCookiesToResponse`: the response's cookies of the same names are replaced by
@@ -335,7 +336,7 @@ impl ForwardAuthCheck {
 }
 
 /// The forwardAuth server could not be asked or did not answer: Traefik's empty 500.
-fn unreachable() -> ProxyError {
+fn unreachable() -> Box<LocalAnswer> {
     OwnAnswer::text(StatusCode::INTERNAL_SERVER_ERROR, "")
 }
 

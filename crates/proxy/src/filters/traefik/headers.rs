@@ -12,7 +12,8 @@ use http::{response, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use sluice_routing::middleware::{Headers, TraefikCors};
 
 use super::ChainRequest;
-use crate::error::{OwnAnswer, ProxyError};
+use super::{answered, OwnAnswer};
+use crate::filters::contract::LocalAnswer;
 
 /// One `headers` middleware.
 pub(super) struct HeaderEdits(pub(super) Arc<Headers>);
@@ -24,7 +25,7 @@ impl HeaderEdits {
     pub(super) fn on_request(
         &self,
         request: &mut ChainRequest<'_, '_>,
-    ) -> Result<bool, ProxyError> {
+    ) -> Result<bool, Box<LocalAnswer>> {
         let headers = &self.0;
         if let Some(cors) = &headers.cors {
             if is_preflight(&request.upstream.method, &request.upstream.headers) {
@@ -162,7 +163,7 @@ fn allowed_origin(cors: &TraefikCors, origin: &HeaderValue) -> Option<HeaderValu
 }
 
 /// The preflight answer: 200, no body, never forwarded.
-fn preflight(cors: &TraefikCors, request: &HeaderMap) -> ProxyError {
+fn preflight(cors: &TraefikCors, request: &HeaderMap) -> Box<LocalAnswer> {
     let mut headers = HeaderMap::new();
     if cors.credentials {
         headers.insert(
@@ -197,11 +198,11 @@ fn preflight(cors: &TraefikCors, request: &HeaderMap) -> ProxyError {
         headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, expose);
     }
     headers.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
-    ProxyError::Answered(Box::new(OwnAnswer {
+    answered(OwnAnswer {
         status: StatusCode::OK,
         headers,
         body: bytes::Bytes::new(),
-    }))
+    })
 }
 
 /// `accessControlExposeHeaders`, unless it holds `*` with credentials.
@@ -246,18 +247,18 @@ fn response_cors(cors: &TraefikCors, out: &mut HeaderMap, origin: Option<&Header
 }
 
 /// `allowedHosts` refused the host: Traefik's 500.
-fn bad_host() -> ProxyError {
+fn bad_host() -> Box<LocalAnswer> {
     let mut headers = HeaderMap::new();
     headers.insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    ProxyError::Answered(Box::new(OwnAnswer {
+    answered(OwnAnswer {
         status: StatusCode::INTERNAL_SERVER_ERROR,
         headers,
         body: bytes::Bytes::from_static(b"Bad Host\n"),
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use sluice_routing::middleware::{InFlightReq, RateLimit, SourceCriterion};
 
 use super::access::client_address;
 use super::ChainRequest;
-use crate::error::{OwnAnswer, ProxyError};
+use super::{answered, OwnAnswer};
+use crate::filters::contract::LocalAnswer;
 use crate::filters::limits::{ConnectionSlot, Connections, SlotKey};
 
 /// The most sources one limiter tracks; when full, sources whose bucket has refilled are
@@ -63,7 +64,10 @@ impl RateLimiter {
 
     /// Lets the request through, after a short wait when it is only slightly early; a later
     /// one gets 429 with `Retry-After` and `X-Retry-In`.
-    pub(super) async fn admit(&self, request: &ChainRequest<'_, '_>) -> Result<(), ProxyError> {
+    pub(super) async fn admit(
+        &self,
+        request: &ChainRequest<'_, '_>,
+    ) -> Result<(), Box<LocalAnswer>> {
         let Some(rate) = self.limit.per_second else {
             return Ok(());
         };
@@ -128,18 +132,18 @@ fn max_delay(rate: f64) -> Duration {
 
 /// Traefik's 429: `Retry-After` in whole seconds (rounded up) and `X-Retry-In` as Go writes
 /// a duration.
-fn too_many(delay: Duration) -> ProxyError {
+fn too_many(delay: Duration) -> Box<LocalAnswer> {
     let mut headers = HeaderMap::new();
     let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
     headers.insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
     if let Ok(value) = HeaderValue::try_from(go_duration(delay)) {
         headers.insert(HeaderName::from_static("x-retry-in"), value);
     }
-    ProxyError::Answered(Box::new(OwnAnswer {
+    answered(OwnAnswer {
         status: StatusCode::TOO_MANY_REQUESTS,
         headers,
         body: bytes::Bytes::from_static(b"Too Many Requests"),
-    }))
+    })
 }
 
 /// A duration as Go's `time.Duration.String` writes it (`999.873ms`, `1.5s`, `2m0.5s`).
@@ -193,14 +197,14 @@ impl InFlightLimit {
     pub(super) fn take(
         &self,
         request: &ChainRequest<'_, '_>,
-    ) -> Result<ConnectionSlot, ProxyError> {
+    ) -> Result<ConnectionSlot, Box<LocalAnswer>> {
         let key = SlotKey::Source(source_key(request, &self.limit.source).into());
         Connections::take(&self.connections, key).ok_or_else(|| {
-            ProxyError::Answered(Box::new(OwnAnswer {
+            answered(OwnAnswer {
                 status: StatusCode::TOO_MANY_REQUESTS,
                 headers: HeaderMap::new(),
                 body: bytes::Bytes::from(format!("max connections reached: {}", self.limit.amount)),
-            }))
+            })
         })
     }
 }

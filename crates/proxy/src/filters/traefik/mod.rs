@@ -14,13 +14,48 @@ mod limits;
 mod paths;
 mod redirects;
 
+use bytes::Bytes;
 use http::request::Parts;
-use http::{response, HeaderValue};
-use sluice_routing::middleware::{Middleware, Step};
+use http::{response, HeaderMap, HeaderValue, StatusCode};
+use sluice_routing::middleware::Step;
+use sluice_routing::RoutePolicy;
 
+use super::contract::{self, Filter, Flow, LocalAnswer, RequestContext};
+use super::{boxed, RouteFilter, Services};
 use crate::error::ProxyError;
-use crate::filters::RequestContext;
-use crate::upstream::outbound::OutboundClient;
+use crate::headers::forwarded_for;
+use crate::upstream::attempt::Answer;
+
+/// A Traefik middleware's own answer, as Traefik writes it: exactly these headers and body.
+pub(crate) struct OwnAnswer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+impl OwnAnswer {
+    /// `status` with `body` and no headers (as Traefik writes its own short answers).
+    pub(crate) fn text(status: StatusCode, body: &'static str) -> Box<LocalAnswer> {
+        LocalAnswer::exact(
+            status,
+            HeaderMap::new(),
+            Bytes::from_static(body.as_bytes()),
+        )
+    }
+}
+
+/// The proxy's answer for a middleware's own.
+pub(crate) fn answered(answer: OwnAnswer) -> Box<LocalAnswer> {
+    let OwnAnswer {
+        status,
+        headers,
+        body,
+    } = answer;
+    LocalAnswer::exact(status, headers, body)
+}
+
+/// `X-Forwarded-For` as the trusted proxy in front sent it, for an `ipStrategy`.
+struct TrustedForwardedFor(String);
 
 pub(crate) use errors::ErrorPageCapture;
 
@@ -64,7 +99,7 @@ impl ChainRequest<'_, '_> {
 
     /// Whether the request reached sluice over TLS (or a trusted proxy says it did).
     fn over_tls(&self) -> bool {
-        self.context.client.tls.is_some() || self.context.forwarded_https
+        self.context.connection.over_tls || self.context.forwarded_https
     }
 
     /// The path and query as they go upstream now.
@@ -91,8 +126,9 @@ pub(crate) struct State {
 }
 
 impl Chain {
-    /// The chain of `middlewares`, or `None` when there are none.
-    pub(crate) fn of(middlewares: &[Middleware]) -> Option<Self> {
+    /// The chain of `policy`'s middlewares, or `None` when it lists none.
+    pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
+        let middlewares = &policy.middlewares;
         if middlewares.is_empty() {
             return None;
         }
@@ -139,36 +175,20 @@ impl Chain {
             Step::InFlightReq(limit) => reads_addresses(&limit.source),
             _ => false,
         });
-        Some(Self {
+        boxed(Self {
             steps,
             reads_forwarded_for,
         })
     }
 
-    /// Whether the chain needs `X-Forwarded-For` as the trusted proxy sent it.
-    pub(crate) fn reads_forwarded_for(&self) -> bool {
-        self.reads_forwarded_for
-    }
-
-    /// Whether the chain has an `errors` middleware.
-    pub(crate) fn has_error_pages(&self) -> bool {
-        self.steps
-            .iter()
-            .any(|step| matches!(step, Built::Errors(_)))
-    }
-
     /// Runs each middleware on the request in order; the first that answers ends the chain
     /// with its answer.
-    pub(crate) async fn on_request(
-        &self,
-        request: &mut ChainRequest<'_, '_>,
-        outbound: &OutboundClient,
-    ) -> Result<(), ProxyError> {
+    async fn run(&self, request: &mut ChainRequest<'_, '_>, services: &Services) -> Flow {
         let mut state = State::default();
         for (index, step) in self.steps.iter().enumerate() {
             match step {
                 Built::ForwardAuth(check) => {
-                    let cookies = Box::pin(check.check(request, outbound)).await?;
+                    let cookies = Box::pin(check.check(request, &services.outbound)).await?;
                     if !cookies.is_empty() {
                         state.auth_cookies.push((index, cookies));
                     }
@@ -188,22 +208,19 @@ impl Chain {
                 Built::RateLimit(limiter) => limiter.admit(request).await?,
                 Built::InFlight(limit) => {
                     let slot = limit.take(request)?;
-                    request.context.slots.push(slot);
+                    request.context.held.push(Box::new(slot));
                 }
                 Built::Errors(pages) => {
                     state.error_page = Some(Box::new(pages.capture(request)));
                 }
             }
         }
-        request.context.middleware = Some(Box::new(state));
+        request.context.slots.insert(state);
         Ok(())
     }
 
     /// The response parts, innermost middleware first.
-    pub(crate) fn on_response(&self, context: &RequestContext<'_>, response: &mut response::Parts) {
-        let Some(state) = context.middleware.as_deref() else {
-            return;
-        };
+    fn respond(&self, state: &State, response: &mut response::Parts) {
         for (index, step) in self.steps.iter().enumerate().rev() {
             match step {
                 Built::Headers(edits) => {
@@ -228,11 +245,98 @@ impl Chain {
 
     /// The `errors` middlewares' page for an answer of `status`, outermost first: the first
     /// whose ranges catch the status.
-    pub(crate) fn error_pages(&self) -> impl Iterator<Item = &errors::ErrorPages> {
+    fn error_pages(&self) -> impl Iterator<Item = &errors::ErrorPages> {
         self.steps.iter().filter_map(|step| match step {
             Built::Errors(pages) => Some(pages),
             _ => None,
         })
+    }
+
+    /// An `errors` middleware's page in place of an answer (the pod's, or the proxy's own
+    /// failure) whose status it catches; the answer itself when none catches it or the error
+    /// Service does not answer.
+    async fn error_page(
+        &self,
+        context: &mut RequestContext<'_>,
+        outcome: Result<Answer, ProxyError>,
+        services: &Services,
+    ) -> Result<Answer, ProxyError> {
+        let status = match &outcome {
+            Ok(answer) => answer.response.status(),
+            Err(error) => error.status(),
+        };
+        let Some(pages) = self.error_pages().find(|pages| pages.catches(status)) else {
+            return outcome;
+        };
+        let (Some(target), Some(capture)) = (
+            context.target,
+            context
+                .slots
+                .get_mut::<State>()
+                .and_then(|state| state.error_page.take()),
+        ) else {
+            return outcome;
+        };
+        let settings = services.attempt_settings();
+        let asked = (context.table, target.policy);
+        match pages
+            .ask(&capture, status, asked, settings, context.real_client)
+            .await
+        {
+            Some(page) => Ok(page),
+            None => outcome,
+        }
+    }
+}
+
+impl Filter<Services> for Chain {
+    fn on_request(&self, context: &mut RequestContext<'_>, request: &Parts, _: &Services) -> Flow {
+        if self.reads_forwarded_for && context.peer_trusted {
+            let trusted = forwarded_for(&request.headers).join(", ");
+            context.slots.insert(TrustedForwardedFor(trusted));
+        }
+        Ok(())
+    }
+
+    /// The middlewares, in their order, on the request as it goes upstream.
+    fn on_upstream_request<'a>(
+        &'a self,
+        context: &'a mut RequestContext<'_>,
+        upstream: &'a mut Parts,
+        services: &'a Services,
+    ) -> contract::Step<'a, Flow> {
+        contract::Step::Wait(Box::pin(async move {
+            let forwarded_for = context.slots.take::<TrustedForwardedFor>();
+            let mut request = ChainRequest {
+                context,
+                upstream,
+                forwarded_for: forwarded_for.as_ref().map(|f| f.0.as_str()),
+            };
+            self.run(&mut request, services).await
+        }))
+    }
+
+    fn on_answer<'a>(
+        &'a self,
+        context: &'a mut RequestContext<'_>,
+        outcome: Result<Answer, ProxyError>,
+        services: &'a Services,
+    ) -> contract::Step<'a, Result<Answer, ProxyError>> {
+        if self.error_pages().next().is_none() {
+            return contract::Step::Done(outcome);
+        }
+        contract::Step::Wait(Box::pin(self.error_page(context, outcome, services)))
+    }
+
+    fn on_response(
+        &self,
+        context: &mut RequestContext<'_>,
+        response: &mut response::Parts,
+        _: &Services,
+    ) {
+        if let Some(state) = context.slots.get::<State>() {
+            self.respond(state, response);
+        }
     }
 }
 

@@ -4,7 +4,8 @@ use http::request::Parts;
 use http::{HeaderName, HeaderValue, StatusCode};
 use sluice_routing::middleware::{Pattern, StripPrefix};
 
-use crate::error::{OwnAnswer, ProxyError};
+use super::OwnAnswer;
+use crate::filters::contract::LocalAnswer;
 
 const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 const X_REPLACED_PATH: HeaderName = HeaderName::from_static("x-replaced-path");
@@ -21,7 +22,7 @@ pub(super) enum PathEdit {
 impl PathEdit {
     /// Changes the upstream path; a result that is not a clean path (`//`, `.` or `..`
     /// segments, which Traefik's check refuses) is a 400.
-    pub(super) fn apply(&self, upstream: &mut Parts) -> Result<(), ProxyError> {
+    pub(super) fn apply(&self, upstream: &mut Parts) -> Result<(), Box<LocalAnswer>> {
         let path = upstream.uri.path().to_owned();
         let (new_path, header, checked) = match self {
             Self::StripPrefix(strip) => {
@@ -150,7 +151,7 @@ mod tests {
     fn a_stripped_path_that_is_not_clean_is_a_400() {
         let mut request = parts("/api//etc");
         let refused = strip(&["/api"]).apply(&mut request);
-        assert!(matches!(refused, Err(ProxyError::Answered(answer)) if answer.status == 400));
+        assert!(matches!(refused, Err(answer) if answer.status == 400));
     }
 
     #[test]

@@ -7,7 +7,8 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use sluice_routing::middleware::{RedirectRegex, RedirectScheme};
 
 use super::ChainRequest;
-use crate::error::{OwnAnswer, ProxyError};
+use super::{answered, OwnAnswer};
+use crate::filters::contract::LocalAnswer;
 
 /// Traefik's redirect statuses: a GET gets 302 (301 when permanent), any other method 307
 /// (308), so that the method and body are kept.
@@ -21,7 +22,7 @@ fn status(method: &Method, permanent: bool) -> StatusCode {
 }
 
 /// The redirect answer: `Location` and the status's reason phrase as the body.
-fn redirect(status: StatusCode, location: &str) -> ProxyError {
+fn redirect(status: StatusCode, location: &str) -> Box<LocalAnswer> {
     let mut headers = HeaderMap::new();
     match HeaderValue::try_from(location) {
         Ok(value) => {
@@ -30,11 +31,11 @@ fn redirect(status: StatusCode, location: &str) -> ProxyError {
         Err(_) => return OwnAnswer::text(StatusCode::BAD_GATEWAY, "Bad Gateway"),
     }
     let reason = status.canonical_reason().unwrap_or_default();
-    ProxyError::Answered(Box::new(OwnAnswer {
+    answered(OwnAnswer {
         status,
         headers,
         body: bytes::Bytes::from_static(reason.as_bytes()),
-    }))
+    })
 }
 
 /// Host and port (with its `:`) of a Host header; an IPv6 literal keeps its brackets.
@@ -54,7 +55,7 @@ fn split_host(host: &str) -> (&str, &str) {
 pub(super) struct SchemeRedirect(pub(super) Arc<RedirectScheme>);
 
 impl SchemeRedirect {
-    pub(super) fn check(&self, request: &ChainRequest<'_, '_>) -> Result<(), ProxyError> {
+    pub(super) fn check(&self, request: &ChainRequest<'_, '_>) -> Result<(), Box<LocalAnswer>> {
         let redirect = &self.0;
         let scheme = if request.over_tls() { "https" } else { "http" };
         let (host, port) = split_host(request.host());
@@ -84,9 +85,9 @@ impl SchemeRedirect {
 pub(super) struct RegexRedirect(pub(super) Arc<RedirectRegex>);
 
 impl RegexRedirect {
-    pub(super) fn check(&self, request: &ChainRequest<'_, '_>) -> Result<(), ProxyError> {
+    pub(super) fn check(&self, request: &ChainRequest<'_, '_>) -> Result<(), Box<LocalAnswer>> {
         let redirect = &self.0;
-        let scheme = if request.context.client.tls.is_some() {
+        let scheme = if request.context.connection.over_tls {
             "https"
         } else {
             "http"
