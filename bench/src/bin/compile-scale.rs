@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use sluice_bench::{cluster, percentiles, scales_from_args, Scale};
 use sluice_config::{
-    compile_with, CompileOptions, EndpointCache, EndpointResolver, IncrementalCompiler, KubeObject,
+    compile_with, CompileOptions, EndpointCache, EndpointResolver, Compiler, KubeObject,
     SliceIndex, Snapshot,
 };
 use sluice_routing::EndpointSet;
@@ -96,7 +96,7 @@ fn time_incremental(
     resolver: &dyn EndpointResolver,
     services: usize,
 ) -> anyhow::Result<(f64, f64)> {
-    let mut compiler = IncrementalCompiler::new(CompileOptions::default());
+    let mut compiler = Compiler::new(CompileOptions::default());
     compiler.compile(&snapshot, resolver);
     let mut samples = Vec::new();
     for change in 0..21 {

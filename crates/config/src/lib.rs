@@ -11,8 +11,8 @@ mod snapshot;
 pub mod traefik;
 
 pub use compile::{
-    compile, compile_with, ready_endpoints, CompileOptions, Compiled, EndpointCache,
-    EndpointResolver, EndpointSource, EndpointSources, IncrementalCompiler, SliceIndex, CONTROLLER,
+    compile, compile_with, ready_endpoints, CompileOptions, Compiled, Compiler, EndpointCache,
+    EndpointResolver, EndpointSource, EndpointSources, SliceIndex, CONTROLLER,
     DEFAULT_GATEWAY_CONTROLLER, SERVICE_NAME_LABEL, SUPPORTED_FEATURES, TLS_SECRET_TYPE,
 };
 pub use diagnostic::{Diagnostic, ObjectRef, Severity};

@@ -3,9 +3,7 @@
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use sluice_config::{
-    compile, CompileOptions, IncrementalCompiler, KubeObject, SliceIndex, Snapshot,
-};
+use sluice_config::{compile, CompileOptions, Compiler, KubeObject, SliceIndex, Snapshot};
 
 const INGRESSES: usize = 6;
 const SERVICES: usize = 5;
@@ -242,7 +240,7 @@ proptest! {
     ) {
         let options = CompileOptions { watch_without_class, ..CompileOptions::default() };
         let mut cluster = Cluster { snapshot: Snapshot::default(), versioned, writes: 0 };
-        let mut incremental = IncrementalCompiler::new(options.clone());
+        let mut incremental = Compiler::new(options.clone());
         for (step, change) in changes.iter().enumerate() {
             cluster.apply(change);
             let snapshot = &cluster.snapshot;
@@ -281,7 +279,7 @@ fn an_edited_manifest_without_a_resource_version_is_recompiled() {
         default_backend: None,
         annotation: None,
     };
-    let mut incremental = IncrementalCompiler::new(CompileOptions::default());
+    let mut incremental = Compiler::new(CompileOptions::default());
     cluster.apply(&Change::Ingress {
         index: 0,
         spec: spec(0),

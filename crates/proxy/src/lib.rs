@@ -18,7 +18,7 @@ mod upstream;
 pub use connection::{ClientCertificate, ClientInfo, TlsInfo};
 pub use error::ProxyError;
 pub use error::ResponseBodyError;
-pub use request::driver::{Proxy, ProxyBody};
+pub use request::driver::Proxy;
 pub use request::forwarded::TrustedProxies;
 pub use request::options::{
     ProxyOptions, DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
@@ -33,7 +33,8 @@ pub use server::{
 pub use shutdown::{Phase, ShutdownSignal, ShutdownTrigger};
 pub use telemetry::access_log::{AccessLog, AccessLogFormat, DEFAULT_ACCESS_LOG_QUEUE};
 pub use telemetry::metrics::{ConnectionMetrics, ListenerMetrics, ProxyMetrics};
-pub use upstream::body::{TrackedBody, DEFAULT_REPLAY_LIMIT};
+pub use upstream::request_body::DEFAULT_REPLAY_LIMIT;
+pub use upstream::response_body::{ProxyBody, TrackedBody};
 pub use upstream::retry_buffer::{
     DEFAULT_RESPONSE_RETRY_BUFFER, DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL,
 };

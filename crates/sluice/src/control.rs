@@ -10,8 +10,8 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 use sluice_config::gateway::status::GatewayReport;
 use sluice_config::{
-    CompileOptions, Diagnostic, EndpointResolver, EndpointSources, IncrementalCompiler, ObjectKey,
-    Severity, SliceIndex, Snapshot,
+    CompileOptions, Compiler, Diagnostic, EndpointResolver, EndpointSources, ObjectKey, Severity,
+    SliceIndex, Snapshot,
 };
 use sluice_proxy::TableHandle;
 use sluice_routing::{BackendId, EndpointSet};
@@ -99,7 +99,7 @@ pub struct ControlPlane {
     table: TableHandle,
     /// Keeps each Ingress's compiled routes between publishes, so one changed Ingress
     /// recompiles alone. Only the source's task publishes; the lock is never contended.
-    compiler: Mutex<IncrementalCompiler>,
+    compiler: Mutex<Compiler>,
     status: ArcSwap<Status>,
     generation: AtomicU64,
     ready: AtomicBool,
@@ -123,7 +123,7 @@ impl ControlPlane {
         Arc::new_cyclic(|control| Self {
             metrics: Arc::new(Metrics::new(table.runtime().metrics(), control.clone())),
             table,
-            compiler: Mutex::new(IncrementalCompiler::new(options)),
+            compiler: Mutex::new(Compiler::new(options)),
             status: ArcSwap::from_pointee(Status::default()),
             generation: AtomicU64::new(0),
             ready: AtomicBool::new(false),
@@ -241,7 +241,7 @@ impl ControlPlane {
             Err(poisoned) => {
                 // A compile that panicked may have left the cache half-updated: start afresh.
                 let mut compiler = poisoned.into_inner();
-                *compiler = IncrementalCompiler::new(compiler.options().clone());
+                *compiler = Compiler::new(compiler.options().clone());
                 compiler.compile(snapshot, endpoints)
             }
         };

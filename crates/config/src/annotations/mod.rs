@@ -12,6 +12,7 @@ mod keys;
 mod policy;
 mod refusals;
 mod retry;
+pub(crate) mod support;
 mod template;
 mod tls;
 mod traefik;
@@ -224,7 +225,7 @@ pub(crate) fn is_default_class(annotations: Option<&Annotations>) -> bool {
 fn is_nginx_name(name: &str) -> bool {
     keys::classify(&format!("nginx.ingress.kubernetes.io/{name}")).is_some()
         || name == "service-upstream"
-        || crate::migration::is_ingress_nginx_name(name)
+        || support::is_ingress_nginx_name(name)
 }
 
 fn report_unknown(

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Secret;
 use sluice_routing::BasicAuth;
 
-use super::incremental::Version;
 use super::tls::{secret_value, SecretRead};
+use super::version::Version;
 use crate::annotations::AuthSecret;
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use crate::snapshot::ObjectKey;

@@ -6,67 +6,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use hashbrown::HashMap;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::networking::v1::Ingress;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use sluice_routing::{Certificate, ClientAuth, HostMatch, TableBuilder, TlsSite};
 use x509_parser::extensions::GeneralName;
 
-use super::incremental::{FragmentRoute, Version};
+use super::fragment::{FragmentRoute, TlsEntry};
+use super::version::Version;
 use crate::annotations::{ProxySslVerify, SiteAnnotations};
 use crate::diagnostic::{Diagnostics, ObjectRef};
 use crate::snapshot::{ObjectKey, Snapshot};
 
 /// The Secret type that carries a certificate and its key.
 pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
-
-/// One `spec.tls` entry of an Ingress as compiled into its fragment.
-pub(super) struct TlsEntry {
-    /// `spec.tls[i]`.
-    field: String,
-    /// The hosts it names; empty for an entry that names none, whose certificate then serves
-    /// every rule host of the Ingress it covers (as ingress-nginx does).
-    hosts: Vec<HostMatch>,
-    secret: Option<String>,
-}
-
-/// The `spec.tls` entries of an Ingress. An entry with neither hosts nor a Secret is a
-/// warning and ignored.
-pub(super) fn tls_entries(
-    key: &ObjectKey,
-    ingress: &Ingress,
-    diagnostics: &mut Diagnostics,
-) -> Vec<TlsEntry> {
-    let entries = ingress.spec.as_ref().and_then(|spec| spec.tls.as_deref());
-    let mut compiled = Vec::new();
-    for (index, entry) in entries.unwrap_or_default().iter().enumerate() {
-        let field = format!("spec.tls[{index}]");
-        let hosts: Vec<HostMatch> = entry
-            .hosts
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .map(|host| HostMatch::from_rule_host(Some(host)))
-            .filter(|host| *host != HostMatch::Any)
-            .collect();
-        let secret = entry.secret_name.clone().filter(|name| !name.is_empty());
-        if hosts.is_empty() && secret.is_none() {
-            diagnostics.warning(
-                &ObjectRef::ingress(key),
-                format!("{field}.hosts"),
-                "neither hosts nor a secretName: the entry is ignored",
-            );
-            continue;
-        }
-        compiled.push(TlsEntry {
-            field,
-            hosts,
-            secret,
-        });
-    }
-    compiled
-}
 
 /// A certificate loaded from a Secret, with what the checks against each host need.
 pub(super) struct LoadedCertificate {

@@ -5,61 +5,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use http::request::Parts;
-use http::{response, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{response, HeaderMap, HeaderValue, StatusCode};
 use sluice_routing::{AccessControl, BasicAuth, RoutePolicy, SourceRanges, SourceVerdict};
 
-use super::contract::{grpc_status, Filter, Flow, LocalAnswer, RequestContext, Step};
+use super::contract::{Filter, Flow, LocalAnswer, RequestContext, Step};
 use super::external_auth::ExternalCheck;
 use super::fail_closed::route_denied;
+use super::grant::{auth_denied, Grant};
 use super::passwords::{equal, md5_hex, verify};
-use super::{boxed, RouteFilter, Services};
-
-/// Authentication refused: 401 with a challenge, or an auth service's 401 or 403, with
-/// `headers` added.
-pub(crate) fn auth_denied(status: StatusCode, headers: &HeaderMap) -> Box<LocalAnswer> {
-    let body = if status == StatusCode::FORBIDDEN {
-        "403 forbidden\n"
-    } else {
-        "401 authorization required\n"
-    };
-    LocalAnswer::text(status, body).with_headers(headers)
-}
-
-/// The 500 of an auth service that failed or did not answer in time.
-pub(crate) fn auth_failed() -> Box<LocalAnswer> {
-    LocalAnswer::refusal(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "500 internal server error\n",
-        grpc_status::INTERNAL,
-        "the auth service failed or did not answer in time",
-    )
-}
-
-/// What a request that passed the access phase takes with it: headers for the pod (set, or
-/// removed when `None`) and cookies for the client.
-#[derive(Debug, Default)]
-pub(crate) struct Grant {
-    pub(crate) upstream_headers: Vec<(HeaderName, Option<HeaderValue>)>,
-    pub(crate) cookies: Vec<HeaderValue>,
-    /// The cookies go on every response, not only on successful ones.
-    pub(crate) cookies_always: bool,
-}
-
-impl Grant {
-    /// Puts the auth service's headers on the request to the pod.
-    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
-        for (name, value) in &self.upstream_headers {
-            match value {
-                Some(value) => {
-                    headers.insert(name.clone(), value.clone());
-                }
-                None => {
-                    headers.remove(name);
-                }
-            }
-        }
-    }
-}
+use super::services::{boxed, RouteFilter, Services};
 
 /// A route's access phase, built once per policy.
 pub(crate) struct Access {

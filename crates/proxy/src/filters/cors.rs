@@ -10,7 +10,7 @@ use http::{response, HeaderMap, HeaderValue, Method, StatusCode};
 use sluice_routing::{Cors, CorsRules, RoutePolicy};
 
 use super::contract::{Filter, Flow, LocalAnswer, RequestContext};
-use super::{boxed, RouteFilter, Services};
+use super::services::{boxed, RouteFilter, Services};
 
 /// A route's CORS settings with their header values built once.
 pub(crate) struct CorsFilter {

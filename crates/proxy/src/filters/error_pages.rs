@@ -7,11 +7,11 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri,
 use sluice_routing::{Backend, RoutePolicy, RoutingTable, Target};
 
 use super::contract::{Filter, Flow, RequestContext, Step};
-use super::{boxed, RouteFilter, Services};
+use super::services::{boxed, RouteFilter, Services};
 use crate::error::ProxyError;
 use crate::upstream::attempt::{Answer, AttemptSettings, Exchange};
-use crate::upstream::body::RequestBody;
 use crate::upstream::connect::Wire;
+use crate::upstream::request_body::RequestBody;
 
 /// A route's `default-backend` and `custom-http-errors`.
 pub(crate) struct ErrorPages {

@@ -11,10 +11,10 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri}
 use http_body_util::Full;
 use sluice_routing::{ExternalAuth, RoutePolicy, Variable};
 
-use super::access::{auth_denied, auth_failed, Grant};
 use super::contract::{LocalAnswer, RequestContext};
+use super::grant::{auth_denied, auth_failed, Grant};
+use super::services::Services;
 use super::template::{escape, fill, http_host, pass_access_scheme, request_uri, scheme};
-use super::Services;
 use crate::headers::headers_for_copy;
 
 /// How long the auth service may take when the route sets no `proxy-read-timeout` (nginx's

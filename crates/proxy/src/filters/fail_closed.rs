@@ -5,7 +5,7 @@ use http::StatusCode;
 use sluice_routing::RoutePolicy;
 
 use super::contract::{grpc_status, Filter, Flow, LocalAnswer, RequestContext};
-use super::{boxed, RouteFilter, Services};
+use super::services::{boxed, RouteFilter, Services};
 
 pub(crate) struct FailClosed(String);
 

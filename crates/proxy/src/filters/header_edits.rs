@@ -9,8 +9,8 @@ use http::{response, HeaderMap, HeaderName, HeaderValue};
 use sluice_routing::{HeaderChanges, PathChange, RoutePolicy};
 
 use super::contract::{Filter, Flow, RequestContext, Step};
+use super::services::{boxed, RouteFilter, Services};
 use super::template::matched_prefix;
-use super::{boxed, RouteFilter, Services};
 
 const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 

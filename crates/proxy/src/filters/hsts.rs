@@ -4,7 +4,7 @@ use http::{response, HeaderValue};
 use sluice_routing::RoutePolicy;
 
 use super::contract::{Filter, RequestContext};
-use super::{boxed, RouteFilter, Services};
+use super::services::{boxed, RouteFilter, Services};
 
 pub(crate) struct Hsts(HeaderValue);
 

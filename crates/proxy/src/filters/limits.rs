@@ -10,7 +10,7 @@ use http::StatusCode;
 use sluice_routing::{RateLimits, RoutePolicy};
 
 use super::contract::{grpc_status, Filter, Flow, LocalAnswer, RequestContext};
-use super::{boxed, RouteFilter, Services};
+use super::services::{boxed, RouteFilter, Services};
 
 /// The most clients one bucket tracks; when full, drained clients are forgotten, and if that
 /// is not enough, all of them.

@@ -12,10 +12,10 @@ use http_body_util::Full;
 use sluice_routing::{GatewayMirror, Mirror, RoutePolicy, RoutingTable};
 
 use super::contract::{Filter, Flow, RequestContext, Step};
+use super::services::{boxed, RouteFilter, Services};
 use super::template::{fill, request_uri};
-use super::{boxed, RouteFilter, Services};
 use crate::headers::headers_for_copy;
-use crate::upstream::body::RequestBody;
+use crate::upstream::request_body::RequestBody;
 
 /// The most mirrored requests in progress, for the whole process (counted in the runtime):
 /// past it, copies are skipped, so a slow mirror can never hold more than this much memory.

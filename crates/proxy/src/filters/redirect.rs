@@ -5,8 +5,8 @@ use http::{HeaderValue, StatusCode};
 use sluice_routing::{GatewayRedirect, Redirect, RoutePolicy};
 
 use super::contract::{Filter, Flow, LocalAnswer, RequestContext};
+use super::services::{boxed, RouteFilter, Services};
 use super::template::{fill, http_host, matched_prefix, scheme};
-use super::{boxed, RouteFilter, Services};
 use crate::headers::host_without_port;
 
 /// Answers with a redirect to `location`; a location a header cannot carry (a variable

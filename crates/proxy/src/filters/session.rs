@@ -7,7 +7,7 @@ use http::{response, HeaderName, HeaderValue};
 use sluice_routing::{RoutePolicy, SameSite, StickyCookie};
 
 use super::contract::{Filter, Flow, RequestContext};
-use super::{boxed, RouteFilter, Services};
+use super::services::{boxed, RouteFilter, Services};
 use crate::headers::request_cookie;
 
 /// One primitive, two carriers of the token.

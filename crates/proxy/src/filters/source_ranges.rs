@@ -6,7 +6,7 @@ use sluice_routing::{RoutePolicy, SourceRanges, SourceVerdict};
 
 use super::contract::{grpc_status, Filter, Flow, LocalAnswer, RequestContext};
 use super::fail_closed::route_denied;
-use super::{boxed, RouteFilter, Services};
+use super::services::{boxed, RouteFilter, Services};
 
 pub(crate) struct SourceRangeCheck(SourceRanges);
 

@@ -14,7 +14,8 @@ use sluice_routing::{
 };
 
 use super::contract::{Connection, Flow, RequestContext, Slots};
-use super::{AttemptTimeouts, Filters, Services};
+use super::registry::Filters;
+use super::services::{AttemptTimeouts, Services};
 use crate::upstream::outbound::OutboundClient;
 use crate::upstream::retry_buffer::RetryBuffer;
 use crate::upstream::runtime::Runtime;
@@ -173,7 +174,7 @@ impl Scene {
     /// Runs `hooks` over a context made from the scene, and keeps what the filters noted.
     fn run<T>(
         &mut self,
-        hooks: impl FnOnce(&[super::RouteFilter], &mut RequestContext<'_>, &Services) -> T,
+        hooks: impl FnOnce(&[super::services::RouteFilter], &mut RequestContext<'_>, &Services) -> T,
     ) -> T {
         let target = Target {
             backend: &self.backend,

@@ -5,10 +5,10 @@ use http::header::{CONNECTION, CONTENT_TYPE};
 use http::{HeaderValue, Response};
 use http_body_util::{Either, Full};
 
-use super::driver::ProxyBody;
 use super::{grpc, Stop};
 use crate::error::ProxyError;
 use crate::filters::contract::LocalAnswer;
+use crate::upstream::response_body::ProxyBody;
 
 /// The response for a request that stopped: answered by the proxy, or failed. `grpc_call`:
 /// the client is a gRPC caller.

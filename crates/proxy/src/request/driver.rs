@@ -12,10 +12,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
-use http_body_util::{Either, Full};
+use http_body_util::Either;
 use hyper::body::Incoming;
 use sluice_routing::{RoutePolicy, UpstreamProtocol};
 
@@ -32,22 +31,21 @@ use super::Stop;
 use crate::connection::ClientInfo;
 use crate::error::ProxyError;
 use crate::filters::contract::{Connection, LocalAnswer, RequestContext, Slots};
-use crate::filters::{AttemptTimeouts, Filters, Services};
+use crate::filters::registry::Filters;
+use crate::filters::services::{AttemptTimeouts, Services};
 use crate::shutdown::ShutdownSignal;
 use crate::telemetry;
 use crate::telemetry::access_log::{AccessLog, AccessRecord};
 use crate::telemetry::completion::{declared_length, Completion};
 use crate::upstream::attempt::{may_resend, resendable, Exchange};
-use crate::upstream::body::{BodyLimits, RequestBody, TrackedBody, DEFAULT_REPLAY_LIMIT};
 use crate::upstream::connect::Wire;
 use crate::upstream::outbound::OutboundClient;
+use crate::upstream::request_body::{BodyLimits, RequestBody, DEFAULT_REPLAY_LIMIT};
+use crate::upstream::response_body::ProxyBody;
 use crate::upstream::retry_buffer::RetryBuffer;
 use crate::upstream::runtime::Runtime;
 use crate::upstream::session_key::SessionKey;
 use crate::upstream::upgrade::{ClientUpgrade, Tunnels};
-
-/// A response body: the upstream's, streamed through, or the proxy's own short text.
-pub type ProxyBody = Either<TrackedBody, Full<Bytes>>;
 
 /// The proxy: the published table and runtime state, plus its settings. One per process,
 /// shared by all connections.

@@ -4,12 +4,12 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
 
-use super::driver::ProxyBody;
 use crate::filters::contract::RequestContext;
-use crate::filters::{Filters, Services};
+use crate::filters::registry::Filters;
+use crate::filters::services::Services;
 use crate::headers::strip_hop_by_hop;
 use crate::upstream::attempt::Answer;
-use crate::upstream::body::{EndpointBody, TrackedBody};
+use crate::upstream::response_body::{EndpointBody, ProxyBody, TrackedBody};
 use crate::upstream::upgrade::{restore_upgrade_headers, ClientUpgrade, Tunnels};
 
 /// The client's response for an endpoint's `answer`: the route's response filters have run,

@@ -350,7 +350,7 @@ impl ProxyMetrics {
         self.upstream_connect.observe(took.as_secs_f64());
     }
 
-    pub(crate) fn connect_failed(&self, error: &crate::ProxyError) {
+    pub(crate) fn connect_failed(&self, error: &crate::error::ProxyError) {
         self.connect_errors
             .get_or_create(&[("reason", connect_error_reason(error))])
             .inc();
@@ -380,11 +380,11 @@ impl ProxyMetrics {
 }
 
 /// The `reason` label of a failed connect.
-fn connect_error_reason(error: &crate::ProxyError) -> &'static str {
+fn connect_error_reason(error: &crate::error::ProxyError) -> &'static str {
     use std::io::ErrorKind;
     match error {
-        crate::ProxyError::ConnectTimeout => "timeout",
-        crate::ProxyError::ConnectFailed(io) => match io.kind() {
+        crate::error::ProxyError::ConnectTimeout => "timeout",
+        crate::error::ProxyError::ConnectFailed(io) => match io.kind() {
             ErrorKind::ConnectionRefused => "refused",
             ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => "reset",
             ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => "unreachable",

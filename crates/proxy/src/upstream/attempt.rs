@@ -50,12 +50,11 @@ use sluice_routing::{Backend, BackendMode, Endpoint, EndpointSet, RoutePolicy};
 use crate::error::ProxyError;
 use crate::telemetry::RetryReason;
 use crate::upstream::balance::{Candidates, RequestKey};
-use crate::upstream::body::{
-    ClientBodyError, EndpointBody, RequestBody, StreamingBody, UploadProgress, UpstreamBody,
-};
 use crate::upstream::connect::Wire;
 use crate::upstream::health::{Admission, InFlight, TrialGuard};
 use crate::upstream::pool::{keep_alive_for, Checkin, Connection};
+use crate::upstream::request_body::{ClientBodyError, RequestBody, UploadProgress, UpstreamBody};
+use crate::upstream::response_body::{EndpointBody, StreamingBody};
 use crate::upstream::retry_buffer::{holdable_length, HeldBytes, RetryBuffer};
 use crate::upstream::runtime::{EndpointRuntime, Runtime};
 

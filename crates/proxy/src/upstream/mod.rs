@@ -2,12 +2,15 @@
 
 pub(crate) mod attempt;
 pub(crate) mod balance;
-pub(crate) mod body;
 pub(crate) mod budget;
 pub(crate) mod connect;
+pub(crate) mod hash_ring;
 pub(crate) mod health;
+pub(crate) mod idle;
 pub(crate) mod outbound;
 pub(crate) mod pool;
+pub(crate) mod request_body;
+pub(crate) mod response_body;
 pub(crate) mod retry_buffer;
 pub(crate) mod runtime;
 pub(crate) mod session_key;

@@ -13,8 +13,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::error::ProxyError;
-use crate::upstream::body::UpstreamBody;
 use crate::upstream::connect::{Opened, Wire};
+use crate::upstream::request_body::UpstreamBody;
 
 /// Idle connections kept per endpoint; more are closed when their response ends. As many as
 /// nginx's `keepalive` in the benchmark, so that 500 busy clients on one endpoint keep reusing

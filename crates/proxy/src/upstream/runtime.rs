@@ -8,8 +8,8 @@ use hashbrown::{HashMap, HashSet};
 use sluice_routing::{Backend, BackendId, Condition, Endpoint, EndpointSet, RoutingTable};
 
 use crate::telemetry::ProxyMetrics;
-use crate::upstream::balance::HashRing;
 use crate::upstream::budget::RetryBudget;
+use crate::upstream::hash_ring::HashRing;
 use crate::upstream::health::EndpointStats;
 use crate::upstream::pool::ConnectionPool;
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use sluice_routing::middleware::{Middleware as Applied, Step};
 use sluice_routing::{RetryPolicy, RoutePolicy};
 
-use super::incremental::Version;
-use super::Compiler;
+use super::ingress::IngressCompiler;
+use super::version::Version;
 use crate::diagnostic::ObjectRef;
 use crate::snapshot::ObjectKey;
 use crate::traefik::{Middleware, MiddlewareRef};
@@ -55,7 +55,7 @@ pub(super) fn normalize_id(text: &str) -> String {
         .join("-")
 }
 
-impl Compiler<'_, '_> {
+impl IngressCompiler<'_, '_> {
     /// Applies a `router.middlewares` (or a Service's `service.middlewares`) list to `policy`.
     /// Any middleware that cannot be applied is an error, and `policy` then refuses every
     /// request (503): a route never serves without the protection it lists.

@@ -12,13 +12,13 @@ use sluice_routing::middleware::{BasicAuthStep, ClientCertificate, ErrorPage, Fo
 use super::specs::{pattern, status_range};
 use super::{Refusal, StepContext};
 use crate::compile::backend::{resolve, BackendField, BackendSink, ServiceReference};
-use crate::compile::incremental::Version;
+use crate::compile::ingress::IngressCompiler;
 use crate::compile::tls::secret_value;
-use crate::compile::Compiler;
+use crate::compile::version::Version;
 use crate::snapshot::ObjectKey;
 use crate::traefik::{BasicAuthSpec, ErrorsSpec, ForwardAuthSpec, IntOrString};
 
-impl Compiler<'_, '_> {
+impl IngressCompiler<'_, '_> {
     pub(super) fn forward_auth(
         &mut self,
         spec: &ForwardAuthSpec,

@@ -10,8 +10,8 @@ use sluice_routing::{RoutePolicy, RoutingTable};
 
 use super::ChainRequest;
 use crate::upstream::attempt::{Answer, AttemptSettings, Exchange};
-use crate::upstream::body::RequestBody;
 use crate::upstream::connect::Wire;
+use crate::upstream::request_body::RequestBody;
 
 /// One `errors` middleware.
 pub(crate) struct ErrorPages(pub(super) Arc<ErrorPage>);

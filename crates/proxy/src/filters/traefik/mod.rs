@@ -21,7 +21,7 @@ use sluice_routing::middleware::Step;
 use sluice_routing::RoutePolicy;
 
 use super::contract::{self, Filter, Flow, LocalAnswer, RequestContext};
-use super::{boxed, RouteFilter, Services};
+use super::services::{boxed, RouteFilter, Services};
 use crate::error::ProxyError;
 use crate::headers::forwarded_for;
 use crate::upstream::attempt::Answer;

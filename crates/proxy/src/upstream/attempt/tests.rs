@@ -8,7 +8,7 @@ use sluice_routing::BackendId;
 use sluice_testkit::EchoBackend;
 
 use super::*;
-use crate::upstream::body::TrackedBody;
+use crate::upstream::response_body::TrackedBody;
 
 fn loopback(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 3, last))

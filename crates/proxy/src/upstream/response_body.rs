@@ -1,0 +1,238 @@
+//! An endpoint's response body on its way to the client: it counts the endpoint's load, times out when it stalls, may be held whole for a retry, and records the request's log phase when it ends.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use crate::error::ResponseBodyError;
+use crate::telemetry::completion::Completion;
+use crate::upstream::health::InFlight;
+use crate::upstream::idle::{poll_watched, IdleTimer, Watched};
+use crate::upstream::pool::Checkin;
+use crate::upstream::retry_buffer::HeldBytes;
+
+/// An endpoint's response body as the attempts hand it on: still streaming from the endpoint,
+/// or held whole (see [`crate::upstream::retry_buffer`]).
+pub(crate) enum EndpointBody {
+    Streaming(StreamingBody),
+    Held(HeldBody),
+}
+
+/// A response body still coming from its endpoint: the endpoint counts the request in flight
+/// until the body ends or the client goes away, and the body fails when the endpoint stalls
+/// between chunks.
+pub(crate) struct StreamingBody {
+    inner: Incoming,
+    idle: IdleTimer,
+    in_flight: Option<InFlight>,
+    /// The upstream connection, returned to its pool once the body has ended.
+    checkin: Option<Checkin>,
+    ended: bool,
+}
+
+impl StreamingBody {
+    pub(crate) fn new(
+        inner: Incoming,
+        in_flight: InFlight,
+        idle: Duration,
+        checkin: Checkin,
+    ) -> Self {
+        Self {
+            inner,
+            idle: IdleTimer::new(idle),
+            in_flight: Some(in_flight),
+            checkin: Some(checkin),
+            ended: false,
+        }
+    }
+
+    /// The endpoint's load, for a connection that became a tunnel: it never goes back to
+    /// the pool.
+    pub(crate) fn into_tunnel(mut self) -> Option<InFlight> {
+        self.checkin = None;
+        self.in_flight.take()
+    }
+
+    /// Reads the rest of the body within the idle timeout, holding it under `reservation`.
+    /// The connection goes back to its pool at once; a body cut off takes it along.
+    pub(crate) async fn read_whole(
+        mut self,
+        length: u64,
+        reservation: HeldBytes,
+    ) -> Result<HeldBody, ResponseBodyError> {
+        let mut chunks = VecDeque::new();
+        let mut received = 0u64;
+        let mut trailers = None;
+        while let Some(frame) = std::future::poll_fn(|cx| self.poll_watched(cx)).await {
+            match frame?.into_data() {
+                Ok(chunk) => {
+                    received += chunk.len() as u64;
+                    chunks.push_back(chunk);
+                }
+                Err(frame) => trailers = frame.into_trailers().ok(),
+            }
+            if received > length {
+                return Err(ResponseBodyError::LongerThanDeclared);
+            }
+        }
+        self.completed();
+        Ok(HeldBody {
+            chunks,
+            remaining: received,
+            trailers,
+            _reservation: reservation,
+        })
+    }
+
+    fn poll_watched(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ResponseBodyError>>> {
+        poll_watched(&mut self.inner, &mut self.idle, cx).map_err(|error| match error {
+            Watched::Stalled => ResponseBodyError::Stalled,
+            Watched::Failed(error) => ResponseBodyError::Read(error),
+        })
+    }
+
+    /// The body arrived whole: the endpoint's run of cut-off responses, if any, is over.
+    fn completed(&mut self) {
+        self.ended = true;
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.stats().record_response_complete();
+        }
+    }
+
+    /// The endpoint cut a streamed body off or stalled: it counts against the endpoint's health
+    /// (the attempt that reached it already counted as answered).
+    fn cut_off(&self) {
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.stats().record_streamed_cut();
+        }
+    }
+}
+
+/// A body read to its end gives its connection back; one dropped half-way takes its
+/// connection with it (hyper closes a connection whose response was not read).
+impl Drop for StreamingBody {
+    fn drop(&mut self) {
+        if self.ended || self.inner.is_end_stream() {
+            if let Some(checkin) = self.checkin.take() {
+                checkin.response_ended();
+            }
+        }
+    }
+}
+
+/// A response body read whole from its endpoint before the client saw any of it, in the
+/// chunks it came in.
+pub(crate) struct HeldBody {
+    chunks: VecDeque<Bytes>,
+    /// Bytes not yet handed on.
+    remaining: u64,
+    trailers: Option<http::HeaderMap>,
+    /// Its share of the proxy-wide cap, given back when the body is gone.
+    _reservation: HeldBytes,
+}
+
+impl HeldBody {
+    fn poll_frame(&mut self) -> Option<Frame<Bytes>> {
+        if let Some(chunk) = self.chunks.pop_front() {
+            self.remaining -= chunk.len() as u64;
+            return Some(Frame::data(chunk));
+        }
+        self.trailers.take().map(Frame::trailers)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty() && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+/// A response body on its way to the client: the endpoint's, streaming or held, with the
+/// request's log phase recorded when it ends.
+pub struct TrackedBody {
+    body: EndpointBody,
+    /// Body bytes passed on so far.
+    sent: u64,
+    /// The request's metrics and access-log line, recorded when the body ends or drops.
+    completion: Option<Completion>,
+}
+
+impl TrackedBody {
+    pub(crate) fn new(body: EndpointBody) -> Self {
+        Self {
+            body,
+            sent: 0,
+            completion: None,
+        }
+    }
+
+    /// Records `completion` once the body has ended (or the client left).
+    pub(crate) fn on_end(&mut self, completion: Completion) {
+        self.completion = Some(completion);
+    }
+}
+
+impl Drop for TrackedBody {
+    fn drop(&mut self) {
+        if let Some(completion) = self.completion.take() {
+            completion.finish(self.sent);
+        }
+    }
+}
+
+impl Body for TrackedBody {
+    type Data = Bytes;
+    type Error = ResponseBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        let polled = match &mut this.body {
+            EndpointBody::Streaming(body) => {
+                let polled = body.poll_watched(cx);
+                match &polled {
+                    Poll::Ready(Some(Err(_))) => body.cut_off(),
+                    Poll::Ready(None) => body.completed(),
+                    _ => {}
+                }
+                polled
+            }
+            EndpointBody::Held(body) => Poll::Ready(body.poll_frame().map(Ok)),
+        };
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                this.sent += data.len() as u64;
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.body {
+            EndpointBody::Streaming(body) => body.inner.is_end_stream(),
+            EndpointBody::Held(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.body {
+            EndpointBody::Streaming(body) => body.inner.size_hint(),
+            EndpointBody::Held(body) => body.size_hint(),
+        }
+    }
+}
+
+/// A response body: the upstream's, streamed through, or the proxy's own short text.
+pub type ProxyBody = http_body_util::Either<TrackedBody, Full<Bytes>>;
