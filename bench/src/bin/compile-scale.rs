@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use sluice_bench::{cluster, percentiles, scales_from_args, Scale};
 use sluice_config::{
-    compile_with, CompileOptions, EndpointCache, EndpointResolver, Compiler, KubeObject,
+    compile_with, CompileOptions, Compiler, EndpointCache, EndpointResolver, KubeObject,
     SliceIndex, Snapshot,
 };
 use sluice_routing::EndpointSet;

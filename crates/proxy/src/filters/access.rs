@@ -337,6 +337,37 @@ mod tests {
     }
 
     #[test]
+    fn basic_auth_refuses_with_a_challenge_and_hides_the_credentials_from_the_pod() {
+        use crate::filters::testing::{request, response_head, Scene};
+        let policy = RoutePolicy {
+            access: AccessControl {
+                basic: Some(BasicAuth {
+                    realm: "Shop".into(),
+                    digest: false,
+                    users: vec![("ana".into(), "{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=".into())],
+                }),
+                ..AccessControl::default()
+            },
+            ..RoutePolicy::default()
+        };
+        let mut scene = Scene::new(policy);
+        let refused = scene.on_access(&request("GET", "/")).expect_err("refused");
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(refused.headers[WWW_AUTHENTICATE], "Basic realm=\"Shop\"");
+        let mut signed = request("GET", "/");
+        let credentials = base64::engine::general_purpose::STANDARD.encode("ana:password");
+        let value = HeaderValue::try_from(format!("Basic {credentials}")).unwrap();
+        signed.headers.insert(AUTHORIZATION, value);
+        assert!(scene.on_access(&signed).is_ok());
+        let mut upstream = signed.clone();
+        assert!(scene.on_upstream_request(&mut upstream).is_ok());
+        assert!(upstream.headers.get(AUTHORIZATION).is_none());
+        let mut head = response_head(200);
+        scene.on_log(&mut head);
+        assert!(head.headers.get(http::header::SET_COOKIE).is_none());
+    }
+
+    #[test]
     fn basic_credentials_are_checked_against_the_users_hash() {
         let auth = BasicAuth {
             realm: "R".into(),

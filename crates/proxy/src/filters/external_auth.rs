@@ -274,3 +274,105 @@ impl ExternalCheck {
         headers
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use http::header::COOKIE;
+    use sluice_routing::{AccessControl, AuthCache};
+    use sluice_testkit::start_auth_service;
+
+    use super::*;
+    use crate::filters::testing::{request, response_head, Scene};
+
+    fn policy(url: &str, cached: bool) -> RoutePolicy {
+        RoutePolicy {
+            access: AccessControl {
+                external: Some(ExternalAuth {
+                    url: vec![Variable::Text(url.to_owned())],
+                    method: None,
+                    signin: None,
+                    signin_redirect_param: "rd".into(),
+                    response_headers: vec!["x-auth-request-user".into()],
+                    request_redirect: None,
+                    cache: cached.then(|| AuthCache {
+                        key: vec![Variable::Cookie("_oauth2_proxy".into())],
+                        statuses: vec![202, 401],
+                        duration: Duration::from_secs(300),
+                    }),
+                    always_set_cookie: false,
+                }),
+                ..AccessControl::default()
+            },
+            ..RoutePolicy::default()
+        }
+    }
+
+    fn signed_in(user: &str) -> Parts {
+        let mut parts = request("GET", "/orders?page=2");
+        let cookie = format!("_oauth2_proxy={user}");
+        parts
+            .headers
+            .insert(COOKIE, cookie.parse().expect("a cookie"));
+        parts
+    }
+
+    #[test]
+    fn the_auth_services_answer_admits_refuses_and_hands_on_its_headers_and_cookies() {
+        let servers = tokio::runtime::Runtime::new().expect("a runtime");
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 9, 20));
+        let service = servers
+            .block_on(start_auth_service(ip))
+            .expect("the auth service");
+        let url = format!("http://{}/oauth2/auth", service.addr());
+        let mut scene = Scene::new(policy(&url, false));
+        let refused = scene
+            .on_access(&request("GET", "/"))
+            .expect_err("no session");
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(refused.headers[WWW_AUTHENTICATE], "Bearer realm=\"oauth2\"");
+        let banned = scene.on_access(&signed_in("banned")).expect_err("banned");
+        assert_eq!(banned.status, StatusCode::FORBIDDEN);
+        let ana = signed_in("ana");
+        assert!(scene.on_access(&ana).is_ok());
+        let mut upstream = ana.clone();
+        assert!(scene.on_upstream_request(&mut upstream).is_ok());
+        assert_eq!(upstream.headers["x-auth-request-user"], "ana");
+        let mut head = response_head(200);
+        scene.on_log(&mut head);
+        let cookie = head.headers[SET_COOKIE].to_str().expect("ascii");
+        assert!(cookie.starts_with("_oauth2_proxy=ana"), "{cookie}");
+        let asked = service.requests();
+        assert_eq!(asked.len(), 3);
+        let head = asked[2].head.to_ascii_lowercase();
+        assert!(
+            head.contains("\r\nx-original-url: http://example.com/orders?page=2\r\n"),
+            "{head}"
+        );
+    }
+
+    #[test]
+    fn a_cached_answer_outlives_a_recompile_and_spares_the_auth_service() {
+        let servers = tokio::runtime::Runtime::new().expect("a runtime");
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 9, 21));
+        let service = servers
+            .block_on(start_auth_service(ip))
+            .expect("the auth service");
+        let url = format!("http://{}/oauth2/auth", service.addr());
+        let mut scene = Scene::new(policy(&url, true));
+        assert!(scene.on_access(&signed_in("ana")).is_ok());
+        let mut recompiled = policy(&url, true);
+        recompiled.max_body_size = Some(1);
+        let mut next = Scene::new(recompiled);
+        next.services.runtime = scene.services.runtime.clone();
+        assert!(next.on_access(&signed_in("ana")).is_ok());
+        assert_eq!(
+            service.requests().len(),
+            1,
+            "the second answer came from the cache"
+        );
+    }
+}

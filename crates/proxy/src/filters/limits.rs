@@ -244,6 +244,61 @@ impl Drop for ConnectionSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::filters::testing::{request, Scene};
+
+    fn limited(per_second: Option<u32>, connections: Option<u32>) -> RoutePolicy {
+        RoutePolicy {
+            limits: Some(RateLimits {
+                per_second,
+                per_minute: None,
+                connections,
+                burst_multiplier: 1,
+                exempt: Vec::new(),
+                status: 429,
+            }),
+            ..RoutePolicy::default()
+        }
+    }
+
+    #[test]
+    fn the_counts_outlive_a_recompile_that_leaves_the_limits_as_they_were() {
+        let mut scene = Scene::new(limited(Some(1), None));
+        // The first request and the burst of one pass; the third is over the rate.
+        assert!(scene.on_request(&request("GET", "/")).is_ok());
+        assert!(scene.on_request(&request("GET", "/")).is_ok());
+        let refused = scene.on_request(&request("GET", "/")).expect_err("limited");
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            refused.grpc.map(|(code, _)| code),
+            Some(grpc_status::RESOURCE_EXHAUSTED)
+        );
+        // A recompile: a new policy (another field changed), its filters built afresh, the
+        // same runtime.
+        let mut recompiled = limited(Some(1), None);
+        recompiled.max_body_size = Some(1024);
+        let mut next = Scene::new(recompiled);
+        next.services.runtime = scene.services.runtime.clone();
+        assert!(
+            next.on_request(&request("GET", "/")).is_err(),
+            "the bucket is still full"
+        );
+        // Other limits count afresh.
+        let mut changed = Scene::new(limited(Some(5), None));
+        changed.services.runtime = scene.services.runtime.clone();
+        assert!(changed.on_request(&request("GET", "/")).is_ok());
+    }
+
+    #[test]
+    fn a_connection_limit_holds_its_place_until_the_response_ends() {
+        let mut scene = Scene::new(limited(None, Some(1)));
+        assert!(scene.on_request(&request("GET", "/")).is_ok());
+        assert!(
+            scene.on_request(&request("GET", "/")).is_err(),
+            "one in progress"
+        );
+        scene.end_response();
+        assert!(scene.on_request(&request("GET", "/")).is_ok());
+    }
 
     #[test]
     fn a_bucket_admits_the_burst_at_once_then_the_rate() {

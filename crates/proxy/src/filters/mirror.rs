@@ -249,3 +249,50 @@ impl Drop for InFlight {
         self.0 .0.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Instant;
+
+    use sluice_routing::Variable;
+    use sluice_testkit::EchoBackend;
+
+    use super::*;
+    use crate::filters::registry::Filters;
+    use crate::filters::testing::{request, Scene};
+
+    #[test]
+    fn a_copy_goes_to_the_mirror_with_the_body_and_the_original_uri() {
+        let servers = tokio::runtime::Runtime::new().expect("a runtime");
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 9, 30));
+        let mirror = servers
+            .block_on(EchoBackend::start("mirror", ip))
+            .expect("the mirror");
+        let policy = RoutePolicy {
+            mirror: Some(Mirror {
+                target: vec![Variable::Text(format!("http://{}/copy", mirror.addr()))],
+                host: Some("mirror.internal".into()),
+                body: true,
+            }),
+            ..RoutePolicy::default()
+        };
+        let mut scene = Scene::new(policy);
+        assert!(
+            Filters::of(&scene.policy).keeps_body(),
+            "the body is kept for the copy"
+        );
+        let client_request = request("POST", "/orders?id=7");
+        assert!(scene.on_request(&client_request).is_ok());
+        let _inside = servers.enter();
+        let body = RequestBody::Replayable(Bytes::from_static(b"order"));
+        scene.on_body_ready(&client_request, &body);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while mirror.requests() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(mirror.requests(), 1, "the mirror got one copy");
+    }
+}

@@ -17,6 +17,7 @@ use super::contract::{Connection, Flow, RequestContext, Slots};
 use super::registry::Filters;
 use super::services::{AttemptTimeouts, Services};
 use crate::upstream::outbound::OutboundClient;
+use crate::upstream::request_body::RequestBody;
 use crate::upstream::retry_buffer::RetryBuffer;
 use crate::upstream::runtime::Runtime;
 
@@ -55,6 +56,7 @@ pub(crate) struct Scene {
     slots: Slots,
     pinned: Option<Endpoint>,
     endpoint: Option<Endpoint>,
+    held: Vec<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Scene {
@@ -96,6 +98,7 @@ impl Scene {
             slots: Slots::default(),
             pinned: None,
             endpoint: None,
+            held: Vec::new(),
         }
     }
 
@@ -141,6 +144,48 @@ impl Scene {
                 .iter()
                 .try_for_each(|filter| filter.on_request(context, request, services))
         })
+    }
+
+    /// The access hooks of the chain, in order, until one answers.
+    pub(crate) fn on_access(&mut self, request: &Parts) -> Flow {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        self.run(|filters, context, services| {
+            runtime.block_on(async {
+                for filter in filters {
+                    filter
+                        .on_access(context, request, services)
+                        .result()
+                        .await?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    /// The body-ready hooks of the chain, in order (inside a Tokio runtime: a hook may spawn).
+    pub(crate) fn on_body_ready(&mut self, upstream: &Parts, body: &RequestBody) {
+        self.run(|filters, context, services| {
+            for filter in filters {
+                filter.on_body_ready(context, upstream, body, services);
+            }
+        });
+    }
+
+    /// The log hooks of the chain, in order.
+    pub(crate) fn on_log(&mut self, head: &mut response::Parts) {
+        self.run(|filters, context, _| {
+            for filter in filters {
+                filter.on_log(context, head);
+            }
+        });
+    }
+
+    /// The places the filters hold until the response ends, given back.
+    pub(crate) fn end_response(&mut self) {
+        self.held.clear();
     }
 
     /// The upstream-request hooks of the chain, in order, until one answers.
@@ -201,12 +246,13 @@ impl Scene {
             slots: std::mem::take(&mut self.slots),
             stood_in_for: None,
             peer_trusted: false,
-            held: Vec::new(),
+            held: std::mem::take(&mut self.held),
         };
         let filters = Filters::of(&self.policy);
         let result = hooks(filters.chain(), &mut context, &self.services);
         self.pinned = context.pinned;
         self.slots = context.slots;
+        self.held = context.held;
         result
     }
 }
