@@ -1,7 +1,7 @@
 //! Traefik's `rateLimit` (a token bucket per source, slightly-late requests delayed rather than refused) and `inFlightReq` (requests in progress per source).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -12,6 +12,7 @@ use super::ChainRequest;
 use super::{answered, OwnAnswer};
 use crate::filters::contract::LocalAnswer;
 use crate::filters::limits::{ConnectionSlot, Connections, SlotKey};
+use crate::filters::services::Services;
 
 /// The most sources one limiter tracks; when full, sources whose bucket has refilled are
 /// forgotten (they would start full anyway), and if that is not enough, all of them.
@@ -41,11 +42,17 @@ struct Bucket {
     refilled: Instant,
 }
 
-/// `rateLimit`: golang.org/x/time/rate's token bucket per source, as Traefik runs it.
+/// `rateLimit`: golang.org/x/time/rate's token bucket per source, as Traefik runs it. The
+/// buckets live in the runtime under the route, the middleware's name and its settings, so a
+/// recompile that leaves those as they were keeps the counts.
 pub(super) struct RateLimiter {
+    name: Arc<str>,
     limit: Arc<RateLimit>,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: OnceLock<Arc<Buckets>>,
 }
+
+/// Each source's bucket.
+type Buckets = Mutex<HashMap<String, Bucket>>;
 
 /// What the bucket says about one request.
 enum Verdict {
@@ -55,10 +62,11 @@ enum Verdict {
 }
 
 impl RateLimiter {
-    pub(super) fn new(limit: Arc<RateLimit>) -> Self {
+    pub(super) fn new(name: Arc<str>, limit: Arc<RateLimit>) -> Self {
         Self {
+            name,
             limit,
-            buckets: Mutex::default(),
+            buckets: OnceLock::new(),
         }
     }
 
@@ -67,10 +75,20 @@ impl RateLimiter {
     pub(super) async fn admit(
         &self,
         request: &ChainRequest<'_, '_>,
+        services: &Services,
     ) -> Result<(), Box<LocalAnswer>> {
         let Some(rate) = self.limit.per_second else {
             return Ok(());
         };
+        self.buckets.get_or_init(|| {
+            let route = request
+                .context
+                .target
+                .map(|t| t.ingress)
+                .unwrap_or_default();
+            let key = format!("{route} {} {:?}", self.name, self.limit);
+            services.state(&key, Buckets::default)
+        });
         let key = source_key(request, &self.limit.source);
         match self.reserve(&key, rate, Instant::now()) {
             Verdict::Now => Ok(()),
@@ -87,6 +105,7 @@ impl RateLimiter {
         // A panic elsewhere while the lock was held leaves counts that are still counts.
         let mut buckets = self
             .buckets
+            .get_or_init(Arc::default)
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if buckets.len() >= MAX_SOURCES && !buckets.contains_key(key) {
@@ -215,11 +234,14 @@ mod tests {
     use sluice_routing::middleware::IpStrategy;
 
     fn limiter(per_second: f64, burst: u32) -> RateLimiter {
-        RateLimiter::new(Arc::new(RateLimit {
-            per_second: Some(per_second),
-            burst,
-            source: SourceCriterion::ClientAddress(IpStrategy::default()),
-        }))
+        RateLimiter::new(
+            "limit".into(),
+            Arc::new(RateLimit {
+                per_second: Some(per_second),
+                burst,
+                source: SourceCriterion::ClientAddress(IpStrategy::default()),
+            }),
+        )
     }
 
     #[test]

@@ -147,7 +147,10 @@ impl Chain {
                     Built::RedirectRegex(redirects::RegexRedirect(redirect.clone()))
                 }
                 Step::Headers(edits) => Built::Headers(headers::HeaderEdits(edits.clone())),
-                Step::RateLimit(limit) => Built::RateLimit(limits::RateLimiter::new(limit.clone())),
+                Step::RateLimit(limit) => Built::RateLimit(limits::RateLimiter::new(
+                    middleware.name.clone(),
+                    limit.clone(),
+                )),
                 Step::InFlightReq(limit) => {
                     Built::InFlight(limits::InFlightLimit::new(limit.clone()))
                 }
@@ -205,7 +208,7 @@ impl Chain {
                         state.origin = request.upstream.headers.get(http::header::ORIGIN).cloned();
                     }
                 }
-                Built::RateLimit(limiter) => limiter.admit(request).await?,
+                Built::RateLimit(limiter) => limiter.admit(request, services).await?,
                 Built::InFlight(limit) => {
                     let slot = limit.take(request)?;
                     request.context.held.push(Box::new(slot));
