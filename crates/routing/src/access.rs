@@ -71,14 +71,3 @@ pub struct AuthCache {
     pub statuses: Vec<u16>,
     pub duration: Duration,
 }
-
-/// `mirror-target`: a copy of each request goes there, fire-and-forget.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Mirror {
-    /// The mirror's URL; may use nginx variables (`$request_uri`, ...).
-    pub target: Vec<Variable>,
-    /// `mirror-host`: the Host the mirror gets (default the target's).
-    pub host: Option<String>,
-    /// `mirror-request-body` (default on): the copy carries the request body.
-    pub body: bool,
-}

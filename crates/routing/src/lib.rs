@@ -19,7 +19,7 @@ mod tls;
 mod variable;
 mod view;
 
-pub use access::{AccessControl, AuthCache, BasicAuth, ExternalAuth, Mirror};
+pub use access::{AccessControl, AuthCache, BasicAuth, ExternalAuth};
 pub use attached::Attached;
 pub use backend::{
     stable_hash, Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,
@@ -34,10 +34,11 @@ pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};
 pub use path::{PathKind, PathMatch};
 pub use policy::{
-    Balancer, Cors, CorsRules, ErrorPages, GatewayFilters, GatewayMirror, GatewayRedirect, HashKey,
-    HeaderChanges, Listeners, OriginPattern, PathChange, RateLimits, Redirect, RequestEdits,
-    RetryOn, RetryPolicy, RoutePolicy, SameSite, SourceRanges, SourceVerdict, StickyCookie,
-    TlsPolicy, UpstreamFailureStatus, UpstreamProtocol, UpstreamTimeouts, UpstreamTls,
+    Balancer, Cors, CorsRules, ErrorPages, HashKey, HeaderChanges, Listeners, Mirror,
+    OriginPattern, PathChange, PathRewrite, RateLimits, Redirect, RedirectTo, RequestEdits,
+    RetryOn, RetryPolicy, RoutePolicy, SameSite, SessionAffinity, SourceRanges, SourceVerdict,
+    StickyCookie, TlsPolicy, UpstreamFailureStatus, UpstreamProtocol, UpstreamTimeouts,
+    UpstreamTls,
 };
 pub use table::{
     BackendIndex, Canary, CanaryRoute, GatewayMiss, Route, RoutingTable, TableBuilder, Target,

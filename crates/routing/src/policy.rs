@@ -3,7 +3,6 @@
 //! A policy is plain data compiled from annotations. It belongs to a route, not to a backend,
 //! because two Ingresses may send to the same Service port with different settings.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
@@ -16,8 +15,10 @@ use crate::backend::Endpoint;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RoutePolicy {
     pub balancer: Balancer,
-    /// Cookie-based session affinity; `None` balances every request afresh.
-    pub sticky: Option<StickyCookie>,
+    /// Session affinity by a token in a cookie (ingress-nginx's `affinity: cookie`, a
+    /// `sessionPersistence` of type `Cookie`) or in a header (of type `Header`); `None`
+    /// balances every request afresh.
+    pub session: Option<SessionAffinity>,
     pub retry: RetryPolicy,
     /// The Service's ClusterIP, used when the backend has no endpoints or every endpoint
     /// attempt failed (`sluice.dev/service-upstream: fallback`).
@@ -37,13 +38,16 @@ pub struct RoutePolicy {
     pub limits: Option<RateLimits>,
     /// `default-backend` and `custom-http-errors`.
     pub error_pages: Option<ErrorPages>,
-    /// `mirror-target`: where a copy of each request goes.
-    pub mirror: Option<crate::access::Mirror>,
+    /// Where copies of the requests go (`mirror-target`, `RequestMirror` filters).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<Mirror>,
     /// Basic, digest and external authentication, and `satisfy`.
     pub access: crate::access::AccessControl,
-    /// Redirects and changes to the request and response heads (`temporal-redirect`,
-    /// `permanent-redirect`, `app-root`, `x-forwarded-prefix`, `upstream-vhost`,
-    /// `sluice.dev/request-headers`, `sluice.dev/response-headers`).
+    /// Redirects and changes to the request and response heads, from the annotations
+    /// (`temporal-redirect`, `permanent-redirect`, `app-root`, `x-forwarded-prefix`,
+    /// `upstream-vhost`, `rewrite-target`, `sluice.dev/request-headers`,
+    /// `sluice.dev/response-headers`) or an HTTPRoute rule's filters (`RequestRedirect`,
+    /// `URLRewrite`, `RequestHeaderModifier`, `ResponseHeaderModifier`).
     pub edits: RequestEdits,
     /// The route's requests are left out of the access log (`enable-access-log: "false"`).
     pub access_log_off: bool,
@@ -52,9 +56,6 @@ pub struct RoutePolicy {
     /// `proxy-connect-timeout`, `proxy-send-timeout`, `proxy-read-timeout`; `None` keeps the
     /// proxy-wide setting.
     pub timeouts: UpstreamTimeouts,
-    /// The filters of a Gateway API route rule and backendRef.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gateway: Option<Arc<GatewayFilters>>,
     /// What the client gets when the endpoint could not be reached, or failed before its
     /// response head, and no attempt is left.
     #[serde(skip_serializing_if = "UpstreamFailureStatus::is_bad_gateway")]
@@ -92,38 +93,62 @@ impl UpstreamFailureStatus {
     }
 }
 
-/// The HTTPRoute filters sluice applies itself: header modifiers, redirect and rewrite.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct GatewayFilters {
-    /// `RequestHeaderModifier`: what the pod gets.
-    pub request_headers: HeaderChanges,
-    /// `ResponseHeaderModifier`: what the client gets.
-    pub response_headers: HeaderChanges,
-    /// `RequestRedirect`: the proxy answers.
-    pub redirect: Option<GatewayRedirect>,
-    /// `URLRewrite`: the Host the pod gets.
-    pub rewrite_host: Option<String>,
-    /// `URLRewrite`: the path the pod gets.
-    pub rewrite_path: Option<PathChange>,
-    /// `RequestMirror`: backends that get a copy of a share of the requests.
-    pub mirrors: Vec<GatewayMirror>,
-    /// `sessionPersistence` of type `Header`: the header that names a session's endpoint,
-    /// sent to the client on answers and read from its later requests.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub session_header: Option<String>,
+/// Session affinity: where the token that names a session's endpoint travels.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionAffinity {
+    /// In a cookie the proxy sets.
+    Cookie(StickyCookie),
+    /// In a request and response header of this name.
+    Header(String),
 }
 
-/// One `RequestMirror` filter: the backend a copy goes to, and the share of requests copied.
+impl SessionAffinity {
+    /// The session cookie, for affinity by cookie.
+    pub fn cookie(&self) -> Option<&StickyCookie> {
+        match self {
+            Self::Cookie(cookie) => Some(cookie),
+            Self::Header(_) => None,
+        }
+    }
+}
+
+/// A mirror: where a copy of a request goes, fire-and-forget. The two kinds differ in what
+/// they copy, as their origins do: a URL gets the client's request as it came (nginx's
+/// `mirror`), a backend the request as the route's filters left it (Envoy's).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct GatewayMirror {
-    /// The backend's id, for display.
-    pub backend: crate::backend::BackendId,
-    /// Where the backend sits in the table.
-    #[serde(skip)]
-    pub index: Option<crate::table::BackendIndex>,
-    /// Copied requests per `denominator`.
-    pub numerator: u32,
-    pub denominator: u32,
+#[serde(rename_all = "snake_case")]
+pub enum Mirror {
+    /// `mirror-target`.
+    Url {
+        /// The mirror's URL; may use nginx variables (`$request_uri`, ...).
+        target: Vec<crate::variable::Variable>,
+        /// `mirror-host`: the Host the mirror gets (default the target's).
+        host: Option<String>,
+        /// `mirror-request-body` (default on): the copy carries the request body.
+        body: bool,
+    },
+    /// A `RequestMirror` filter: one ready endpoint of the backend gets a copy of
+    /// `numerator` in `denominator` requests, with the body.
+    Backend {
+        /// The backend's id, for display.
+        backend: crate::backend::BackendId,
+        /// Where the backend sits in the table.
+        #[serde(skip)]
+        index: Option<crate::table::BackendIndex>,
+        numerator: u32,
+        denominator: u32,
+    },
+}
+
+impl Mirror {
+    /// Whether the copy carries the request body, so the body must be kept to send twice.
+    pub fn copies_body(&self) -> bool {
+        match self {
+            Self::Url { body, .. } => *body,
+            Self::Backend { .. } => true,
+        }
+    }
 }
 
 /// Headers set (replacing), added (appended) and removed, as a HeaderModifier filter lists.
@@ -140,14 +165,32 @@ impl HeaderChanges {
     }
 }
 
-/// A `RequestRedirect` filter: each part left out keeps the request's own.
+/// Where a redirect sends the client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct GatewayRedirect {
-    pub status: u16,
-    pub scheme: Option<String>,
-    pub hostname: Option<String>,
-    pub port: Option<u16>,
-    pub path: Option<PathChange>,
+#[serde(rename_all = "snake_case")]
+pub enum RedirectTo {
+    /// A location with nginx variables filled in per request (`temporal-redirect`,
+    /// `permanent-redirect`).
+    Template(Vec<crate::variable::Variable>),
+    /// The request's own URL with these parts changed (a `RequestRedirect` filter); each part
+    /// left out keeps the request's own.
+    Parts {
+        scheme: Option<String>,
+        hostname: Option<String>,
+        port: Option<u16>,
+        path: Option<PathChange>,
+    },
+}
+
+/// How the path the pod gets is rewritten.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathRewrite {
+    /// `rewrite-target`: the whole path replaced by the target, with `$1`..`$9` standing for
+    /// the groups the route's regex path captured (nginx's `rewrite regex target break`).
+    Target(String),
+    /// `URLRewrite`: the full path, or the prefix the route matched, replaced.
+    Replace(PathChange),
 }
 
 /// How a redirect or rewrite changes the path.
@@ -213,7 +256,7 @@ pub struct RateLimits {
     pub status: u16,
 }
 
-/// Redirects and request-head changes of a route, from ingress-nginx's annotations.
+/// Redirects and head changes of a route, the same primitives whichever dialect asked.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RequestEdits {
     /// Every request to the route is answered with this redirect.
@@ -222,16 +265,16 @@ pub struct RequestEdits {
     pub app_root: Option<String>,
     /// `X-Forwarded-Prefix` sent to the pod.
     pub forwarded_prefix: Option<String>,
-    /// The Host sent to the pod instead of the client's.
-    pub upstream_vhost: Option<String>,
-    /// Headers set on the request to the pod (`sluice.dev/request-headers`), replacing any
-    /// the client sent under those names.
-    pub request_headers: Vec<(String, String)>,
-    /// Headers set on the response to the client (`sluice.dev/response-headers`).
-    pub response_headers: Vec<(String, String)>,
-    /// `rewrite-target`: the path the pod gets, with `$1`..`$9` standing for the groups the
-    /// route's regex path captured; the query is kept.
-    pub rewrite_target: Option<String>,
+    /// The Host sent to the pod instead of the client's (`upstream-vhost`, a `URLRewrite`
+    /// hostname).
+    pub upstream_host: Option<String>,
+    /// Headers the pod gets changed: the annotations set (replacing any the client sent
+    /// under those names), a `RequestHeaderModifier` sets, adds and removes.
+    pub request_headers: HeaderChanges,
+    /// Headers the client gets changed, as `request_headers`.
+    pub response_headers: HeaderChanges,
+    /// The path the pod gets; the query is kept.
+    pub rewrite: Option<PathRewrite>,
 }
 
 impl RequestEdits {
@@ -240,12 +283,11 @@ impl RequestEdits {
     }
 }
 
-/// A redirect answered by the proxy: its status and its `Location`, with the nginx variables
-/// it may use filled in per request.
+/// A redirect answered by the proxy: its status and where it sends the client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Redirect {
     pub code: u16,
-    pub location: Vec<crate::variable::Variable>,
+    pub to: RedirectTo,
 }
 
 /// A route's timeouts towards its endpoints, as nginx's `proxy_*_timeout` mean them.

@@ -466,8 +466,12 @@ fn policy_summary(policy: &RoutePolicy) -> String {
         Balancer::Ewma => parts.push("ewma".to_owned()),
         Balancer::Hash(key) => parts.push(format!("hash {key}")),
     }
-    if let Some(cookie) = &policy.sticky {
-        parts.push(format!("sticky cookie {}", cookie.name));
+    match &policy.session {
+        Some(crate::SessionAffinity::Cookie(cookie)) => {
+            parts.push(format!("sticky cookie {}", cookie.name));
+        }
+        Some(crate::SessionAffinity::Header(name)) => parts.push(format!("session header {name}")),
+        None => {}
     }
     if policy.retry != RetryPolicy::default() {
         let retry = &policy.retry;

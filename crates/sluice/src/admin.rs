@@ -435,7 +435,11 @@ fn policy_report(policy: &RoutePolicy) -> PolicyReport {
         .unwrap_or_default();
     PolicyReport {
         balancer,
-        sticky: policy.sticky.as_ref().map(|cookie| cookie.name.clone()),
+        sticky: policy
+            .session
+            .as_ref()
+            .and_then(sluice_routing::SessionAffinity::cookie)
+            .map(|cookie| cookie.name.clone()),
         tries: policy.retry.tries,
         retry_on: retry_on_text(&policy.retry.on),
         upstream: match &policy.upstream {

@@ -195,7 +195,7 @@ pub(crate) fn mirror(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<M
                 .map(|_| value.to_owned())
         },
     );
-    Some(Mirror { target, host, body })
+    Some(Mirror::Url { target, host, body })
 }
 
 /// `auth-response-headers`: comma-separated header names; an invalid one is dropped with a

@@ -1,6 +1,6 @@
 //! `temporal-redirect`, `permanent-redirect` (with their codes), `app-root`, `rewrite-target`, `x-forwarded-prefix` and `upstream-vhost`: redirects and request-head changes with ingress-nginx's meaning.
 
-use sluice_routing::{Redirect, RequestEdits, Variable};
+use sluice_routing::{HeaderChanges, PathRewrite, Redirect, RedirectTo, RequestEdits, Variable};
 
 use super::keys::{PolicyKeys, Setting};
 use super::template::{parse_template, sample};
@@ -21,20 +21,28 @@ pub(crate) fn request_edits(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> R
             "no X-Forwarded-Prefix is sent",
             |value| header_safe(value).then(|| value.to_owned()),
         ),
-        upstream_vhost: report.parse(
+        upstream_host: report.parse(
             keys.get(Setting::UpstreamVhost),
             "a host name, optionally with a port",
             "the client's Host is sent",
             |value| host_like(value).then(|| value.to_owned()),
         ),
-        request_headers: header_lines(keys.get(Setting::RequestHeaders), report),
-        response_headers: header_lines(keys.get(Setting::ResponseHeaders), report),
-        rewrite_target: report.parse(
-            keys.get(Setting::RewriteTarget),
-            "a path that starts with /, which may use the regex path's groups as $1 to $9",
-            "the path is sent as the client wrote it",
-            |value| valid_path(&without_groups(value)).then(|| value.to_owned()),
-        ),
+        request_headers: HeaderChanges {
+            set: header_lines(keys.get(Setting::RequestHeaders), report),
+            ..HeaderChanges::default()
+        },
+        response_headers: HeaderChanges {
+            set: header_lines(keys.get(Setting::ResponseHeaders), report),
+            ..HeaderChanges::default()
+        },
+        rewrite: report
+            .parse(
+                keys.get(Setting::RewriteTarget),
+                "a path that starts with /, which may use the regex path's groups as $1 to $9",
+                "the path is sent as the client wrote it",
+                |value| valid_path(&without_groups(value)).then(|| value.to_owned()),
+            )
+            .map(PathRewrite::Target),
     }
 }
 
@@ -109,7 +117,10 @@ fn redirect(keys: &PolicyKeys<'_>, report: &mut Report<'_>) -> Option<Redirect> 
             },
         )
         .unwrap_or(default);
-    Some(Redirect { code, location })
+    Some(Redirect {
+        code,
+        to: RedirectTo::Template(location),
+    })
 }
 
 /// The URL as parts; `None` (with a warning) for an unknown variable or a URL that is neither

@@ -1,6 +1,8 @@
 //! The Ingress part of a route policy: balancer, sticky cookie and retries from ingress-nginx annotations.
 
-use sluice_routing::{ErrorPages, RoutePolicy, UpstreamProtocol, UpstreamTimeouts};
+use sluice_routing::{
+    ErrorPages, RoutePolicy, SessionAffinity, UpstreamProtocol, UpstreamTimeouts,
+};
 
 use super::keys::{classify, PolicyKeys, Setting};
 use super::values::{parse_bool, parse_duration, parse_size, Report};
@@ -97,7 +99,7 @@ fn regex_paths(
     );
     let rewrite = keys
         .get(Setting::RewriteTarget)
-        .filter(|_| route.edits.rewrite_target.is_some());
+        .filter(|_| route.edits.rewrite.is_some());
     match (use_regex, rewrite) {
         (Some(true), _) => keys.get(Setting::UseRegex).map(|found| found.field()),
         (_, Some(found)) => Some(found.field()),
@@ -233,7 +235,7 @@ pub(crate) fn ingress_policy(
     let route = RoutePolicy {
         refused,
         balancer: balance::balancer(&keys, &mut report),
-        sticky: affinity::sticky_cookie(&keys, &mut report),
+        session: affinity::sticky_cookie(&keys, &mut report).map(SessionAffinity::Cookie),
         retry: retry::retry_policy(&keys, &mut report),
         fallback: None,
         max_body_size: report.parse(
@@ -285,7 +287,7 @@ pub(crate) fn ingress_policy(
     });
     let route = RoutePolicy {
         access,
-        mirror,
+        mirrors: mirror.into_iter().collect(),
         error_pages,
         ..route
     };
@@ -301,7 +303,7 @@ pub(crate) fn ingress_policy(
     .map(|found| found.field())
     .collect();
     let affinity = route
-        .sticky
+        .session
         .as_ref()
         .and(keys.get(Setting::Affinity))
         .map(|found| found.field());

@@ -169,8 +169,8 @@ fn custom_headers(
             continue;
         }
         let lower = header.to_ascii_lowercase();
-        if !headers.iter().any(|(set, _)| *set == lower) {
-            headers.push((lower, value.clone()));
+        if !headers.set.iter().any(|(set, _)| *set == lower) {
+            headers.set.push((lower, value.clone()));
         }
     }
     read

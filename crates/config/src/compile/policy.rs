@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use sluice_routing::{BackendMode, Balancer, Endpoint, RoutePolicy, UpstreamProtocol};
+use sluice_routing::{
+    BackendMode, Balancer, Endpoint, RoutePolicy, SessionAffinity, UpstreamProtocol,
+};
 
 use super::backend::{cluster_ip_endpoint, ClusterIpUse, Resolved};
 use crate::annotations::{
@@ -129,8 +131,8 @@ fn endpoints_policy(
         return ingress.base.clone();
     }
     let mut policy = RoutePolicy::clone(ingress.base);
-    if sticky.is_some() {
-        policy.sticky = sticky;
+    if let Some(cookie) = sticky {
+        policy.session = Some(SessionAffinity::Cookie(cookie));
     }
     policy.fallback = fallback;
     Arc::new(policy)
@@ -220,12 +222,12 @@ fn service_upstream_policy(
     );
     fallback_ignored(ingress, backend, service, &reason, diagnostics);
     let base = ingress.base;
-    if base.balancer == Balancer::RoundRobin && base.sticky.is_none() {
+    if base.balancer == Balancer::RoundRobin && base.session.is_none() {
         return base.clone();
     }
     Arc::new(RoutePolicy {
         balancer: Balancer::RoundRobin,
-        sticky: None,
+        session: None,
         ..RoutePolicy::clone(base)
     })
 }

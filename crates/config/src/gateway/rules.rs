@@ -1,9 +1,10 @@
-//! HTTPRoute rule parts in the data plane's terms: matches become [`RequestMatch`]es and filters become [`GatewayFilters`], or the reason the rule cannot be served.
+//! HTTPRoute rule parts in the data plane's terms: matches become [`RequestMatch`]es and filters become the policy's primitives ([`RequestEdits`], CORS, mirrors), or the reason the rule cannot be served.
 
 use http::{HeaderName, Method};
 use sluice_routing::{
-    Cors, CorsRules, GatewayFilters, GatewayRedirect, HeaderChanges, OriginPattern, PathChange,
-    PathMatch, RequestMatch, RetryPolicy, StickyCookie, UpstreamTimeouts, ValueCondition,
+    Cors, CorsRules, HeaderChanges, OriginPattern, PathChange, PathMatch, PathRewrite, Redirect,
+    RedirectTo, RequestEdits, RequestMatch, RetryPolicy, SessionAffinity, StickyCookie,
+    UpstreamTimeouts, ValueCondition,
 };
 
 use super::types::{
@@ -140,7 +141,8 @@ pub(crate) struct MirrorRef<'r> {
 /// mirrors whose backends the compiler resolves.
 #[derive(Clone, Default)]
 pub(crate) struct FilterSet<'r> {
-    pub filters: GatewayFilters,
+    /// The head changes and redirect, as the policy's primitives.
+    pub filters: RequestEdits,
     pub mirrors: Vec<MirrorRef<'r>>,
     /// A `CORS` filter.
     pub cors: Option<Cors>,
@@ -202,7 +204,7 @@ fn mirror_ref(filter: &HttpRouteFilter, field: String) -> Result<MirrorRef<'_>, 
 fn add_filter(
     filter: &HttpRouteFilter,
     field: &str,
-    into: &mut GatewayFilters,
+    into: &mut RequestEdits,
 ) -> Result<(), Unsupported> {
     let missing = || {
         Unsupported::new(
@@ -252,27 +254,29 @@ fn add_filter(
                     "must be http or https",
                 ));
             }
-            into.redirect = Some(GatewayRedirect {
-                status,
-                scheme,
-                hostname: redirect.hostname.clone(),
-                port: redirect.port,
-                path: path_change(
-                    redirect.path.as_ref(),
-                    &format!("{field}.requestRedirect.path"),
-                )?,
+            into.redirect = Some(Redirect {
+                code: status,
+                to: RedirectTo::Parts {
+                    scheme,
+                    hostname: redirect.hostname.clone(),
+                    port: redirect.port,
+                    path: path_change(
+                        redirect.path.as_ref(),
+                        &format!("{field}.requestRedirect.path"),
+                    )?,
+                },
             });
             Ok(())
         }
         "URLRewrite" => {
             let rewrite = filter.url_rewrite.as_ref().ok_or_else(missing)?;
             if let Some(host) = &rewrite.hostname {
-                into.rewrite_host = Some(host.clone());
+                into.upstream_host = Some(host.clone());
             }
             if let Some(path) =
                 path_change(rewrite.path.as_ref(), &format!("{field}.urlRewrite.path"))?
             {
-                into.rewrite_path = Some(path);
+                into.rewrite = Some(PathRewrite::Replace(path));
             }
             Ok(())
         }
@@ -329,9 +333,8 @@ fn cors(settings: &super::types::Cors, field: &str) -> Result<Cors, Unsupported>
 pub(crate) struct RuleSettings {
     pub retry: RetryPolicy,
     pub timeouts: UpstreamTimeouts,
-    pub sticky: Option<StickyCookie>,
-    /// `sessionPersistence` of type `Header`: the header naming the session's endpoint.
-    pub session_header: Option<String>,
+    /// `sessionPersistence`: the session's token in a cookie or a header.
+    pub session: Option<SessionAffinity>,
 }
 
 /// Reads `timeouts`, `retry` and `sessionPersistence`. Without them a rule keeps sluice's
@@ -453,7 +456,7 @@ fn apply_session(
                 )?;
                 cookie.max_age = lifetime.map(|d| d.as_secs());
             }
-            settings.sticky = Some(cookie);
+            settings.session = Some(SessionAffinity::Cookie(cookie));
         }
         "Header" => {
             let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
@@ -462,7 +465,7 @@ fn apply_session(
                     format!("{name:?} is not a header name"),
                 )
             })?;
-            settings.session_header = Some(header.as_str().to_owned());
+            settings.session = Some(SessionAffinity::Header(header.as_str().to_owned()));
         }
         other => {
             return Err(Unsupported::new(

@@ -6,7 +6,7 @@
 use http::header::HOST;
 use http::request::Parts;
 use http::{response, HeaderMap, HeaderName, HeaderValue};
-use sluice_routing::{HeaderChanges, PathChange, RoutePolicy};
+use sluice_routing::{HeaderChanges, PathRewrite, RoutePolicy};
 
 use super::contract::{Filter, Flow, RequestContext, Step};
 use super::services::{boxed, RouteFilter, Services};
@@ -24,7 +24,7 @@ pub(crate) struct HeaderEdit {
 }
 
 impl HeaderEdit {
-    /// Gateway API's set, add and remove.
+    /// The changes in header-map form.
     fn of(changes: &HeaderChanges) -> Self {
         Self {
             set: named(&changes.set),
@@ -34,14 +34,6 @@ impl HeaderEdit {
                 .iter()
                 .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
                 .collect(),
-        }
-    }
-
-    /// Headers set, replacing any of the same name (the annotations' way).
-    fn setting(headers: &[(String, String)]) -> Self {
-        Self {
-            set: named(headers),
-            ..Self::default()
         }
     }
 
@@ -63,67 +55,46 @@ impl HeaderEdit {
     }
 }
 
-/// How the path the pod gets is made.
-enum PathEdit {
-    /// `rewrite-target`, as nginx's `rewrite regex target break` makes it: the whole path is
-    /// replaced by the target, with `$1`..`$9` filled from the groups the route's regex path
-    /// captured.
-    Target(String),
-    /// `URLRewrite`: the full path, or the prefix the route matched, replaced.
-    Gateway(PathChange),
-}
-
-/// The head the pod gets: its path (the query kept), its Host, its headers, in that order.
+/// The head the pod gets: its path (the query kept), its headers, then its Host.
 pub(crate) struct UpstreamEdits {
-    path: Option<PathEdit>,
-    host: Option<HeaderValue>,
+    path: Option<PathRewrite>,
     headers: HeaderEdit,
+    host: Option<HeaderValue>,
 }
 
 impl UpstreamEdits {
     pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
         let edits = &policy.edits;
-        let mut headers = HeaderEdit::setting(&edits.request_headers);
+        let mut headers = HeaderEdit::of(&edits.request_headers);
         if let Some(prefix) = edits.forwarded_prefix.as_deref().and_then(value) {
             headers.set.push((X_FORWARDED_PREFIX, prefix));
         }
-        if let Some(host) = edits.upstream_vhost.as_deref().and_then(value) {
-            headers.set.push((HOST, host));
-        }
-        let mut path = edits.rewrite_target.clone().map(PathEdit::Target);
-        let mut host = None;
-        if let Some(gateway) = &policy.gateway {
-            let changes = HeaderEdit::of(&gateway.request_headers);
-            headers.set.extend(changes.set);
-            headers.add.extend(changes.add);
-            headers.remove.extend(changes.remove);
-            host = gateway.rewrite_host.as_deref().and_then(value);
-            path = path.or_else(|| gateway.rewrite_path.clone().map(PathEdit::Gateway));
-        }
+        let host = edits.upstream_host.as_deref().and_then(value);
+        let path = edits.rewrite.clone();
         if path.is_none() && host.is_none() && headers.is_empty() {
             return None;
         }
         boxed(Self {
             path,
-            host,
             headers,
+            host,
         })
     }
 
     fn rewrite_path(&self, context: &RequestContext<'_>, upstream: &mut Parts) {
-        let Some(edit) = &self.path else {
+        let Some(rewrite) = &self.path else {
             return;
         };
         let path = upstream.uri.path();
-        let mut rewritten = match edit {
-            PathEdit::Target(target) => {
+        let mut rewritten = match rewrite {
+            PathRewrite::Target(target) => {
                 let captures = context
                     .target
                     .and_then(|target| target.path)
                     .and_then(|route| route.captures(path));
                 expand(target, captures.as_ref())
             }
-            PathEdit::Gateway(change) => change.apply(path, matched_prefix(context)),
+            PathRewrite::Replace(change) => change.apply(path, matched_prefix(context)),
         };
         if let Some(query) = upstream.uri.query() {
             rewritten.push('?');
@@ -143,10 +114,10 @@ impl Filter<Services> for UpstreamEdits {
         _: &'a Services,
     ) -> Step<'a, Flow> {
         self.rewrite_path(context, upstream);
+        self.headers.apply(&mut upstream.headers);
         if let Some(host) = &self.host {
             upstream.headers.insert(HOST, host.clone());
         }
-        self.headers.apply(&mut upstream.headers);
         Step::Done(Ok(()))
     }
 }
@@ -182,13 +153,7 @@ pub(crate) struct ResponseEdits(HeaderEdit);
 
 impl ResponseEdits {
     pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
-        let mut edit = HeaderEdit::setting(&policy.edits.response_headers);
-        if let Some(gateway) = &policy.gateway {
-            let changes = HeaderEdit::of(&gateway.response_headers);
-            edit.set.extend(changes.set);
-            edit.add.extend(changes.add);
-            edit.remove.extend(changes.remove);
-        }
+        let edit = HeaderEdit::of(&policy.edits.response_headers);
         (!edit.is_empty()).then(|| boxed(Self(edit))).flatten()
     }
 }
@@ -222,7 +187,7 @@ fn value(text: &str) -> Option<HeaderValue> {
 mod tests {
     use super::*;
     use crate::filters::testing::{request, response_head, Scene};
-    use sluice_routing::PathMatch;
+    use sluice_routing::{PathChange, PathMatch};
 
     #[test]
     fn groups_fill_the_target_and_a_missing_group_is_empty() {
@@ -266,10 +231,10 @@ mod tests {
     #[test]
     fn the_annotations_set_the_pods_host_prefix_and_headers_and_the_clients_headers() {
         let mut policy = RoutePolicy::default();
-        policy.edits.upstream_vhost = Some("internal.svc".into());
+        policy.edits.upstream_host = Some("internal.svc".into());
         policy.edits.forwarded_prefix = Some("/shop".into());
-        policy.edits.request_headers = vec![("x-team".into(), "blue".into())];
-        policy.edits.response_headers = vec![("x-served-by".into(), "sluice".into())];
+        policy.edits.request_headers.set = vec![("x-team".into(), "blue".into())];
+        policy.edits.response_headers.set = vec![("x-served-by".into(), "sluice".into())];
         let mut scene = Scene::new(policy);
         let mut upstream = request("GET", "/cart?id=3");
         upstream
@@ -289,14 +254,8 @@ mod tests {
 
     #[test]
     fn a_gateway_prefix_rewrite_keeps_the_query() {
-        let gateway = sluice_routing::GatewayFilters {
-            rewrite_path: Some(PathChange::Prefix("/v2".into())),
-            ..Default::default()
-        };
-        let policy = RoutePolicy {
-            gateway: Some(std::sync::Arc::new(gateway)),
-            ..RoutePolicy::default()
-        };
+        let mut policy = RoutePolicy::default();
+        policy.edits.rewrite = Some(PathRewrite::Replace(PathChange::Prefix("/v2".into())));
         let mut scene = Scene::new(policy);
         scene.route_path(PathMatch::prefix("/v1"));
         let mut upstream = request("GET", "/v1/items?page=2");

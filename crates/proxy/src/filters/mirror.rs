@@ -9,7 +9,7 @@ use http::header::{CONTENT_LENGTH, HOST};
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Request, Uri};
 use http_body_util::Full;
-use sluice_routing::{GatewayMirror, Mirror, RoutePolicy, RoutingTable};
+use sluice_routing::{Mirror, RoutePolicy, RoutingTable};
 
 use super::contract::{Filter, Flow, RequestContext, Step};
 use super::services::{boxed, RouteFilter, Services};
@@ -29,121 +29,149 @@ struct MirrorsInFlight(AtomicUsize);
 
 const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
 
-/// A route's mirror.
-pub(crate) struct MirrorCopy {
-    mirror: Mirror,
+/// A route's mirrors: one primitive, two kinds of target ([`Mirror`]). A URL mirror copies the
+/// client's request as it came, in the request filters; a backend mirror copies the request
+/// as the route's other filters left it, in the upstream-request phase. Both send in the
+/// body-ready phase.
+pub(crate) struct Mirrors {
+    mirrors: Vec<Mirror>,
+    /// How long a URL mirror may take (`proxy-read-timeout`, else a minute).
     timeout: Duration,
 }
 
-/// The head of the copy, taken from the client's request before the upstream head is made.
+/// The head of one copy.
 pub(crate) struct MirrorHead(Box<Request<()>>);
 
-impl MirrorCopy {
+/// This request's copies so far: each head, whether it carries the body, and how long it may
+/// take.
+#[derive(Default)]
+struct Copies(Vec<(MirrorHead, bool, Duration)>);
+
+impl Mirrors {
     pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
-        boxed(Self {
-            mirror: policy.mirror.clone()?,
-            timeout: policy.timeouts.read.unwrap_or(DEFAULT_MIRROR_TIMEOUT),
-        })
+        (!policy.mirrors.is_empty())
+            .then(|| {
+                boxed(Self {
+                    mirrors: policy.mirrors.clone(),
+                    timeout: policy.timeouts.read.unwrap_or(DEFAULT_MIRROR_TIMEOUT),
+                })
+            })
+            .flatten()
     }
 
-    /// The copy's head: the client's method and headers (hop-by-hop and framing dropped), the
-    /// target URL with its variables filled in (the request's URI when the target names no
-    /// path), `Host` from `mirror-host` or the target, and `X-Original-URI`.
-    pub(crate) fn head(&self, context: &RequestContext<'_>, request: &Parts) -> Option<MirrorHead> {
-        let url = fill(&self.mirror.target, context, request);
-        let mut uri = Uri::try_from(url.as_str()).ok()?;
-        let original = request_uri(request);
-        if uri.path_and_query().is_none_or(|p| p.as_str() == "/") && !url.ends_with('/') {
-            let mut parts = uri.into_parts();
-            parts.path_and_query = original.parse().ok();
-            uri = Uri::from_parts(parts).ok()?;
+    fn keep(context: &mut RequestContext<'_>, copy: (MirrorHead, bool, Duration)) {
+        match context.slots.get_mut::<Copies>() {
+            Some(copies) => copies.0.push(copy),
+            None => context.slots.insert(Copies(vec![copy])),
         }
-        let mut copy = Request::new(());
-        *copy.method_mut() = request.method.clone();
-        let headers = copy.headers_mut();
-        *headers = headers_for_copy(&request.headers);
-        let host = match &self.mirror.host {
-            Some(host) => HeaderValue::try_from(host.as_str()).ok(),
-            None => uri
-                .authority()
-                .and_then(|a| HeaderValue::try_from(a.as_str()).ok()),
-        };
-        if let Some(host) = host {
-            headers.insert(HOST, host);
-        }
-        if let Ok(value) = HeaderValue::try_from(original) {
-            headers.insert(X_ORIGINAL_URI, value);
-        }
-        *copy.uri_mut() = uri;
-        Some(MirrorHead(Box::new(copy)))
     }
 }
 
-/// The copy's head, kept from the request filters to the body-ready phase.
-struct CopyHead(MirrorHead);
+/// A URL mirror's head: the client's method and headers (hop-by-hop and framing dropped),
+/// the target URL with its variables filled in (the request's URI when the target names no
+/// path), `Host` from `mirror-host` or the target, and `X-Original-URI`.
+fn url_head(
+    (target, host): (&[sluice_routing::Variable], Option<&str>),
+    context: &RequestContext<'_>,
+    request: &Parts,
+) -> Option<MirrorHead> {
+    let url = fill(target, context, request);
+    let mut uri = Uri::try_from(url.as_str()).ok()?;
+    let original = request_uri(request);
+    if uri.path_and_query().is_none_or(|p| p.as_str() == "/") && !url.ends_with('/') {
+        let mut parts = uri.into_parts();
+        parts.path_and_query = original.parse().ok();
+        uri = Uri::from_parts(parts).ok()?;
+    }
+    let mut copy = Request::new(());
+    *copy.method_mut() = request.method.clone();
+    let headers = copy.headers_mut();
+    *headers = headers_for_copy(&request.headers);
+    let host = match host {
+        Some(host) => HeaderValue::try_from(host).ok(),
+        None => uri
+            .authority()
+            .and_then(|a| HeaderValue::try_from(a.as_str()).ok()),
+    };
+    if let Some(host) = host {
+        headers.insert(HOST, host);
+    }
+    if let Ok(value) = HeaderValue::try_from(original) {
+        headers.insert(X_ORIGINAL_URI, value);
+    }
+    *copy.uri_mut() = uri;
+    Some(MirrorHead(Box::new(copy)))
+}
 
-impl Filter<Services> for MirrorCopy {
+/// A backend mirror's head, when its share draws this request: the upstream request's
+/// method, target and headers, sent to one ready endpoint of the backend (at random).
+fn backend_head(
+    (index, numerator, denominator): (Option<sluice_routing::BackendIndex>, u32, u32),
+    table: &RoutingTable,
+    request: &Parts,
+) -> Option<MirrorHead> {
+    if fastrand::u32(0..denominator.max(1)) >= numerator {
+        return None;
+    }
+    let backend = table.backend(index?)?;
+    let set = backend.endpoints().load();
+    let ready = set.ready();
+    let endpoint = ready.get(fastrand::usize(..ready.len().max(1)))?;
+    let uri = format!("http://{}{}", endpoint.authority(), request_uri(request));
+    let mut copy = Request::new(());
+    *copy.method_mut() = request.method.clone();
+    *copy.headers_mut() = headers_for_copy(&request.headers);
+    if let Some(host) = request.headers.get(HOST).cloned().or_else(|| {
+        let authority = request.uri.authority()?;
+        HeaderValue::try_from(authority.as_str()).ok()
+    }) {
+        copy.headers_mut().insert(HOST, host);
+    }
+    *copy.uri_mut() = Uri::try_from(uri).ok()?;
+    Some(MirrorHead(Box::new(copy)))
+}
+
+impl Filter<Services> for Mirrors {
     fn on_request(&self, context: &mut RequestContext<'_>, request: &Parts, _: &Services) -> Flow {
-        if let Some(head) = self.head(context, request) {
-            context.slots.insert(CopyHead(head));
+        for mirror in &self.mirrors {
+            if let Mirror::Url { target, host, body } = mirror {
+                if let Some(head) = url_head((target, host.as_deref()), context, request) {
+                    Self::keep(context, (head, *body, self.timeout));
+                }
+            }
         }
         Ok(())
     }
 
-    fn keeps_body(&self) -> bool {
-        self.mirror.body
-    }
-
-    /// Sends the copy in the background. A body streamed to the pod (larger than the replay
-    /// buffer) cannot be copied: that request is not mirrored.
-    fn on_body_ready(
-        &self,
-        context: &mut RequestContext<'_>,
-        _upstream: &Parts,
-        body: &RequestBody,
-        services: &Services,
-    ) {
-        if let Some(CopyHead(head)) = context.slots.take() {
-            send_copy(head, body, self.mirror.body, services, self.timeout);
-        }
-    }
-}
-
-/// An HTTPRoute's `RequestMirror` filters: they copy the request as the route's other
-/// filters left it, as Envoy's do.
-pub(crate) struct GatewayMirrors(Vec<GatewayMirror>);
-
-/// The heads of this request's Gateway API copies.
-struct GatewayCopies(Vec<MirrorHead>);
-
-impl GatewayMirrors {
-    pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
-        let mirrors = &policy.gateway.as_ref()?.mirrors;
-        (!mirrors.is_empty())
-            .then(|| boxed(Self(mirrors.clone())))
-            .flatten()
-    }
-}
-
-impl Filter<Services> for GatewayMirrors {
     fn on_upstream_request<'a>(
         &'a self,
         context: &'a mut RequestContext<'_>,
         upstream: &'a mut Parts,
         _: &'a Services,
     ) -> Step<'a, Flow> {
-        let heads = gateway_mirror_heads(&self.0, context.table, upstream);
-        if !heads.is_empty() {
-            context.slots.insert(GatewayCopies(heads));
+        for mirror in &self.mirrors {
+            if let Mirror::Backend {
+                index,
+                numerator,
+                denominator,
+                ..
+            } = mirror
+            {
+                let share = (*index, *numerator, *denominator);
+                if let Some(head) = backend_head(share, context.table, upstream) {
+                    Self::keep(context, (head, true, DEFAULT_MIRROR_TIMEOUT));
+                }
+            }
         }
         Step::Done(Ok(()))
     }
 
     fn keeps_body(&self) -> bool {
-        true
+        self.mirrors.iter().any(Mirror::copies_body)
     }
 
-    /// Sends the copies, with the request's body.
+    /// Sends the copies in the background. A body streamed to the pod (larger than the
+    /// replay buffer) cannot be copied: then a copy that carries the body is not sent.
     fn on_body_ready(
         &self,
         context: &mut RequestContext<'_>,
@@ -151,44 +179,12 @@ impl Filter<Services> for GatewayMirrors {
         body: &RequestBody,
         services: &Services,
     ) {
-        if let Some(GatewayCopies(heads)) = context.slots.take() {
-            for head in heads {
-                send_copy(head, body, true, services, DEFAULT_MIRROR_TIMEOUT);
+        if let Some(Copies(copies)) = context.slots.take() {
+            for (head, with_body, timeout) in copies {
+                send_copy(head, body, with_body, services, timeout);
             }
         }
     }
-}
-
-/// The heads of a Gateway API route's `RequestMirror` copies for this request: for each
-/// mirror whose share draws it, the upstream request's method, target and headers (after the
-/// route's filters), sent to one ready endpoint of the mirror's backend (at random).
-fn gateway_mirror_heads(
-    mirrors: &[GatewayMirror],
-    table: &RoutingTable,
-    request: &Parts,
-) -> Vec<MirrorHead> {
-    mirrors
-        .iter()
-        .filter(|mirror| fastrand::u32(0..mirror.denominator) < mirror.numerator)
-        .filter_map(|mirror| {
-            let backend = table.backend(mirror.index?)?;
-            let set = backend.endpoints().load();
-            let ready = set.ready();
-            let endpoint = ready.get(fastrand::usize(..ready.len().max(1)))?;
-            let uri = format!("http://{}{}", endpoint.authority(), request_uri(request));
-            let mut copy = Request::new(());
-            *copy.method_mut() = request.method.clone();
-            *copy.headers_mut() = headers_for_copy(&request.headers);
-            if let Some(host) = request.headers.get(HOST).cloned().or_else(|| {
-                let authority = request.uri.authority()?;
-                HeaderValue::try_from(authority.as_str()).ok()
-            }) {
-                copy.headers_mut().insert(HOST, host);
-            }
-            *copy.uri_mut() = Uri::try_from(uri).ok()?;
-            Some(MirrorHead(Box::new(copy)))
-        })
-        .collect()
 }
 
 /// Sends one copy in the background, with the body when `with_body` (a body streamed to the
@@ -272,11 +268,11 @@ mod tests {
             .block_on(EchoBackend::start("mirror", ip))
             .expect("the mirror");
         let policy = RoutePolicy {
-            mirror: Some(Mirror {
+            mirrors: vec![Mirror::Url {
                 target: vec![Variable::Text(format!("http://{}/copy", mirror.addr()))],
                 host: Some("mirror.internal".into()),
                 body: true,
-            }),
+            }],
             ..RoutePolicy::default()
         };
         let mut scene = Scene::new(policy);

@@ -2,7 +2,7 @@
 
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
-use sluice_routing::{GatewayRedirect, Redirect, RoutePolicy};
+use sluice_routing::{PathChange, Redirect, RedirectTo, RoutePolicy};
 
 use super::contract::{Filter, Flow, LocalAnswer, RequestContext};
 use super::services::{boxed, RouteFilter, Services};
@@ -39,58 +39,82 @@ impl Filter<Services> for AppRoot {
     }
 }
 
-/// A route whose every request is answered with a redirect: ingress-nginx's, its nginx
-/// variables filled in, or an HTTPRoute `RequestRedirect`, the request's URL changed as the
-/// filter says. One primitive, two ways to write the location.
-pub(crate) enum RouteRedirect {
-    Template(Redirect),
-    Gateway(GatewayRedirect),
-}
+/// A route whose every request is answered with a redirect (`temporal-redirect`,
+/// `permanent-redirect`, an HTTPRoute `RequestRedirect`): one primitive, its location written
+/// as an nginx template or as the parts of the request's URL it changes.
+pub(crate) struct RouteRedirect(Redirect);
 
 impl RouteRedirect {
-    /// `temporal-redirect` or `permanent-redirect` (the location's `return`, before the
-    /// HTTPS redirect).
+    /// A redirect written as a template (the location's `return`, before the HTTPS
+    /// redirect).
     pub(crate) fn of_annotations(policy: &RoutePolicy) -> Option<RouteFilter> {
-        boxed(Self::Template(policy.edits.redirect.clone()?))
+        let redirect = policy.edits.redirect.as_ref()?;
+        matches!(redirect.to, RedirectTo::Template(_))
+            .then(|| boxed(Self(redirect.clone())))
+            .flatten()
     }
 
-    /// An HTTPRoute rule's `RequestRedirect` (after its CORS filter).
+    /// A redirect written as parts (an HTTPRoute rule's, after its CORS filter).
     pub(crate) fn of_route_rule(policy: &RoutePolicy) -> Option<RouteFilter> {
-        boxed(Self::Gateway(policy.gateway.as_ref()?.redirect.clone()?))
+        let redirect = policy.edits.redirect.as_ref()?;
+        matches!(redirect.to, RedirectTo::Parts { .. })
+            .then(|| boxed(Self(redirect.clone())))
+            .flatten()
     }
 }
 
 impl Filter<Services> for RouteRedirect {
     fn on_request(&self, context: &mut RequestContext<'_>, request: &Parts, _: &Services) -> Flow {
-        match self {
-            Self::Template(to) => redirect(to.code, fill(&to.location, context, request)),
-            Self::Gateway(to) => redirect(to.status, gateway_location(to, context, request)),
-        }
+        let location = match &self.0.to {
+            RedirectTo::Template(template) => fill(template, context, request),
+            RedirectTo::Parts {
+                scheme,
+                hostname,
+                port,
+                path,
+            } => {
+                let parts = UrlParts {
+                    scheme: scheme.as_deref(),
+                    hostname: hostname.as_deref(),
+                    port: *port,
+                    path: path.as_ref(),
+                };
+                parts_location(&parts, context, request)
+            }
+        };
+        redirect(self.0.code, location)
     }
+}
+
+/// The parts of the request's URL a `RequestRedirect` changes.
+struct UrlParts<'a> {
+    scheme: Option<&'a str>,
+    hostname: Option<&'a str>,
+    port: Option<u16>,
+    path: Option<&'a PathChange>,
 }
 
 /// The `Location` of an HTTPRoute redirect: scheme, host and port as the filter sets them,
 /// else the request's scheme and host and the listener's port. A filter that sets the scheme
 /// and no port gets the scheme's well-known port, and a port that is its scheme's default is
 /// left out, as the spec says.
-fn gateway_location(
-    redirect: &GatewayRedirect,
+fn parts_location(
+    redirect: &UrlParts<'_>,
     context: &RequestContext<'_>,
     request: &Parts,
 ) -> String {
-    let scheme = redirect.scheme.as_deref().unwrap_or(scheme(context));
+    let scheme = redirect.scheme.unwrap_or(scheme(context));
     let written_host = http_host(context);
     let host = redirect
         .hostname
-        .as_deref()
         .unwrap_or_else(|| host_without_port(written_host));
-    let port = match (redirect.port, &redirect.scheme) {
+    let port = match (redirect.port, redirect.scheme) {
         (Some(port), _) => Some(port),
         (None, Some(_)) => None,
         (None, None) => Some(context.connection.server.port()),
     };
     let default_port = if scheme == "https" { 443 } else { 80 };
-    let path = match &redirect.path {
+    let path = match redirect.path {
         Some(change) => change.apply(request.uri.path(), matched_prefix(context)),
         None => request.uri.path().to_owned(),
     };
@@ -203,20 +227,16 @@ mod tests {
 
     #[test]
     fn a_gateway_redirect_changes_only_what_it_names() {
-        let gateway = sluice_routing::GatewayFilters {
-            redirect: Some(GatewayRedirect {
-                status: 301,
+        let mut policy = RoutePolicy::default();
+        policy.edits.redirect = Some(Redirect {
+            code: 301,
+            to: RedirectTo::Parts {
                 scheme: Some("https".into()),
                 hostname: None,
                 port: None,
                 path: None,
-            }),
-            ..Default::default()
-        };
-        let policy = RoutePolicy {
-            gateway: Some(std::sync::Arc::new(gateway)),
-            ..RoutePolicy::default()
-        };
+            },
+        });
         let mut scene = Scene::new(policy);
         scene.host("example.org:8080");
         let answer = scene

@@ -60,9 +60,8 @@ impl Filters {
         add(session::Session::of(policy));
         add(hsts::Hsts::of(policy));
         add(traefik::Chain::of(policy));
-        add(mirror::GatewayMirrors::of(policy));
+        add(mirror::Mirrors::of(policy));
         add(access::Access::of(policy));
-        add(mirror::MirrorCopy::of(policy));
         add(error_pages::ErrorPages::of(policy));
         let keeps_body = chain.iter().any(|filter| filter.keeps_body());
         Self { chain, keeps_body }

@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use http::request::Parts;
 use http::{response, HeaderName, HeaderValue};
-use sluice_routing::{RoutePolicy, SameSite, StickyCookie};
+use sluice_routing::{RoutePolicy, SameSite, SessionAffinity, StickyCookie};
 
 use super::contract::{Filter, Flow, RequestContext};
 use super::services::{boxed, RouteFilter, Services};
@@ -18,11 +18,12 @@ pub(crate) enum Session {
 
 impl Session {
     pub(crate) fn of(policy: &RoutePolicy) -> Option<RouteFilter> {
-        if let Some(cookie) = &policy.sticky {
-            return boxed(Self::Cookie(cookie.clone()));
+        match policy.session.as_ref()? {
+            SessionAffinity::Cookie(cookie) => boxed(Self::Cookie(cookie.clone())),
+            SessionAffinity::Header(name) => {
+                boxed(Self::Header(HeaderName::from_bytes(name.as_bytes()).ok()?))
+            }
         }
-        let name = policy.gateway.as_ref()?.session_header.as_deref()?;
-        boxed(Self::Header(HeaderName::from_bytes(name.as_bytes()).ok()?))
     }
 }
 
@@ -136,12 +137,8 @@ mod tests {
 
     #[test]
     fn a_header_session_pins_the_next_request_to_the_endpoint_that_answered() {
-        let gateway = sluice_routing::GatewayFilters {
-            session_header: Some("session-a".into()),
-            ..Default::default()
-        };
         let policy = RoutePolicy {
-            gateway: Some(std::sync::Arc::new(gateway)),
+            session: Some(SessionAffinity::Header("session-a".into())),
             ..RoutePolicy::default()
         };
         let mut scene = Scene::new(policy);

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use k8s_openapi::api::networking::v1::{IngressServiceBackend, ServiceBackendPort};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use sluice_routing::{
-    Backend, BackendId, BackendMode, Certificate, EndpointSet, GatewayFilters, GatewayMirror,
-    GatewayRule, HostPattern, RequestMatch, RoutePolicy, RuleAction, RulePrecedence, TableBuilder,
-    TlsSite, UpstreamFailureStatus, UpstreamProtocol, WeightedBackend,
+    Backend, BackendId, BackendMode, Certificate, EndpointSet, GatewayRule, HostPattern, Mirror,
+    RequestMatch, RoutePolicy, RuleAction, RulePrecedence, TableBuilder, TlsSite,
+    UpstreamFailureStatus, UpstreamProtocol, WeightedBackend,
 };
 
 use super::backend::{

@@ -83,12 +83,7 @@ pub(super) fn compile_rules(
             inputs,
             (sinks, &mut compiled.unresolved),
         );
-        if rule.backend_refs.is_empty()
-            && policy
-                .gateway
-                .as_ref()
-                .is_some_and(|g| g.redirect.is_some())
-        {
+        if rule.backend_refs.is_empty() && policy.edits.redirect.is_some() {
             choices.push(redirect_only(policy.clone(), sinks.builder));
         }
         let action = Arc::new(RuleAction { choices });
@@ -259,22 +254,23 @@ pub(super) fn policy_of(
     ),
 ) -> Arc<RoutePolicy> {
     let cors = set.cors.clone();
-    let mut filters = with_mirrors(set, route, inputs, sinks);
-    filters.session_header = settings.session_header.clone();
+    let edits = set.filters.clone();
+    let mirrors = resolve_mirrors(set, route, inputs, sinks);
     Arc::new(RoutePolicy {
-        gateway: Some(Arc::new(filters)),
+        edits,
+        mirrors,
         upstream_failure_status: UpstreamFailureStatus::ServiceUnavailable,
         cors,
         retry: settings.retry.clone(),
         timeouts: settings.timeouts,
-        sticky: settings.sticky.clone(),
+        session: settings.session.clone(),
         ..RoutePolicy::default()
     })
 }
 
-/// The filters with their mirrors' backends resolved; a mirror that does not resolve is left
-/// out (the route's `ResolvedRefs` says why) and the rule is served without it.
-pub(super) fn with_mirrors(
+/// The mirrors of the filters, their backends resolved; a mirror that does not resolve is
+/// left out (the route's `ResolvedRefs` says why) and the rule is served without it.
+pub(super) fn resolve_mirrors(
     set: FilterSet<'_>,
     route: RouteRef<'_>,
     inputs: &GatewayInputs<'_>,
@@ -282,17 +278,14 @@ pub(super) fn with_mirrors(
         &mut GatewaySinks<'_, '_>,
         &mut Option<(&'static str, String)>,
     ),
-) -> GatewayFilters {
-    let FilterSet {
-        mut filters,
-        mirrors,
-        ..
-    } = set;
+) -> Vec<Mirror> {
+    let FilterSet { mirrors, .. } = set;
+    let mut resolved_mirrors = Vec::new();
     let object = route.object();
     for mirror in mirrors {
         let field = BackendField::Mirror;
         match resolve_service_ref(route, mirror.backend, field, inputs, sinks) {
-            Ok(resolved) => filters.mirrors.push(GatewayMirror {
+            Ok(resolved) => resolved_mirrors.push(Mirror::Backend {
                 index: sinks.builder.backend_index(&resolved.id),
                 backend: resolved.id,
                 numerator: mirror.numerator,
@@ -308,5 +301,5 @@ pub(super) fn with_mirrors(
             }
         }
     }
-    filters
+    resolved_mirrors
 }
