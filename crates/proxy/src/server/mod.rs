@@ -1,5 +1,8 @@
 //! Listeners: accept TCP connections, serve HTTP/1.1 or h2c on each under the client limits, and shut down in phases: drain, stop, finish.
 //!
+//! The top layer of the proxy crate: it may use `request` (the table handle, the default
+//! timeouts) and every layer below it.
+//!
 //! Each connection runs in its own task, which also supervises it: the request head must
 //! arrive within the header timeout (from accept, or from the first byte of a later request),
 //! a keep-alive connection closes after the idle timeout, a client that stops reading a
