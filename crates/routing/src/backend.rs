@@ -11,6 +11,10 @@ use serde::{Serialize, Serializer};
 
 use crate::attached::Attached;
 
+/// Position of a backend in the table's backends (`RoutingTable::backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackendIndex(pub(crate) usize);
+
 /// Stable identity of a backend across compiles: `namespace/service:port`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]

@@ -17,9 +17,9 @@ use hashbrown::HashMap;
 use http::{HeaderMap, Method};
 
 use crate::attached::Attached;
+use crate::backend::BackendIndex;
 use crate::path::PathMatch;
 use crate::policy::RoutePolicy;
-use crate::table::BackendIndex;
 use crate::tls::TlsSite;
 
 /// A Gateway API hostname: a listener's or a route's.

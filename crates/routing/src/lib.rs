@@ -22,7 +22,8 @@ mod view;
 pub use access::{AccessControl, AuthCache, BasicAuth, ExternalAuth};
 pub use attached::Attached;
 pub use backend::{
-    stable_hash, Backend, BackendId, BackendMode, Condition, Endpoint, EndpointCell, EndpointSet,
+    stable_hash, Backend, BackendId, BackendIndex, BackendMode, Condition, Endpoint, EndpointCell,
+    EndpointSet,
 };
 pub use canary::CanaryRule;
 pub use gateway::{
@@ -40,9 +41,7 @@ pub use policy::{
     StickyCookie, TlsPolicy, UpstreamFailureStatus, UpstreamProtocol, UpstreamTimeouts,
     UpstreamTls,
 };
-pub use table::{
-    BackendIndex, Canary, CanaryRoute, GatewayMiss, Route, RoutingTable, TableBuilder, Target,
-};
+pub use table::{Canary, CanaryRoute, GatewayMiss, Route, RoutingTable, TableBuilder, Target};
 pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};
 pub use variable::Variable;
 pub use view::{BackendView, CanaryView, GatewayListenerView, RouteView, TableView};

@@ -135,7 +135,7 @@ pub enum Mirror {
         backend: crate::backend::BackendId,
         /// Where the backend sits in the table.
         #[serde(skip)]
-        index: Option<crate::table::BackendIndex>,
+        index: Option<crate::backend::BackendIndex>,
         numerator: u32,
         denominator: u32,
     },

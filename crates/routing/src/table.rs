@@ -7,17 +7,13 @@ use hashbrown::HashMap;
 use std::sync::Arc;
 
 use crate::attached::Attached;
-use crate::backend::{Backend, BackendId};
+use crate::backend::{Backend, BackendId, BackendIndex};
 use crate::canary::CanaryRule;
 use crate::gateway::{GatewayOutcome, GatewaySockets, GatewaySocketsBuilder, RequestFacts};
 use crate::host::{wildcard_suffix, HostMatch};
 use crate::path::PathMatch;
 use crate::policy::RoutePolicy;
 use crate::tls::{Certificate, TlsHosts, TlsSite};
-
-/// Position of a backend in [`RoutingTable::backends`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BackendIndex(usize);
 
 /// One path rule under a host.
 #[derive(Clone, Debug, PartialEq, Eq)]

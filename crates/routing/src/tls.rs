@@ -14,8 +14,8 @@ use rustls::sign::CertifiedKey;
 use serde::Serialize;
 
 use crate::attached::Attached;
+use crate::backend::BackendIndex;
 use crate::host::{wildcard_suffix, HostMatch};
-use crate::table::BackendIndex;
 
 /// A certificate chain and its private key, ready to serve.
 pub struct Certificate {

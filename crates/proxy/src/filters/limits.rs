@@ -200,10 +200,15 @@ pub(crate) struct Connections {
 
 impl Connections {
     pub(crate) fn new(limit: u32) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new(Self::with_limit(limit))
+    }
+
+    /// The counts for `limit` places per source, not yet shared.
+    pub(crate) fn with_limit(limit: u32) -> Self {
+        Self {
             limit,
             clients: Mutex::default(),
-        })
+        }
     }
 
     /// A place for one more request of `client`, unless it has `limit` in progress.

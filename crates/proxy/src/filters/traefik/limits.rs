@@ -198,27 +198,40 @@ fn go_duration(duration: Duration) -> String {
 }
 
 /// `inFlightReq`: at most `amount` requests of one source in progress; the place is held
-/// until the response has ended.
+/// until the response has ended. The counts live in the runtime under the route, the
+/// middleware's name and its settings, as `rateLimit`'s buckets do.
 pub(super) struct InFlightLimit {
+    name: Arc<str>,
     limit: Arc<InFlightReq>,
-    connections: Arc<Connections>,
+    connections: OnceLock<Arc<Connections>>,
 }
 
 impl InFlightLimit {
-    pub(super) fn new(limit: Arc<InFlightReq>) -> Self {
-        let amount = u32::try_from(limit.amount).unwrap_or(u32::MAX);
+    pub(super) fn new(name: Arc<str>, limit: Arc<InFlightReq>) -> Self {
         Self {
-            connections: Connections::new(amount),
+            name,
             limit,
+            connections: OnceLock::new(),
         }
     }
 
     pub(super) fn take(
         &self,
         request: &ChainRequest<'_, '_>,
+        services: &Services,
     ) -> Result<ConnectionSlot, Box<LocalAnswer>> {
+        let connections = self.connections.get_or_init(|| {
+            let route = request
+                .context
+                .target
+                .map(|t| t.ingress)
+                .unwrap_or_default();
+            let key = format!("{route} {} {:?}", self.name, self.limit);
+            let amount = u32::try_from(self.limit.amount).unwrap_or(u32::MAX);
+            services.state(&key, || Connections::with_limit(amount))
+        });
         let key = SlotKey::Source(source_key(request, &self.limit.source).into());
-        Connections::take(&self.connections, key).ok_or_else(|| {
+        Connections::take(connections, key).ok_or_else(|| {
             answered(OwnAnswer {
                 status: StatusCode::TOO_MANY_REQUESTS,
                 headers: HeaderMap::new(),

@@ -151,9 +151,10 @@ impl Chain {
                     middleware.name.clone(),
                     limit.clone(),
                 )),
-                Step::InFlightReq(limit) => {
-                    Built::InFlight(limits::InFlightLimit::new(limit.clone()))
-                }
+                Step::InFlightReq(limit) => Built::InFlight(limits::InFlightLimit::new(
+                    middleware.name.clone(),
+                    limit.clone(),
+                )),
                 Step::Errors(page) => Built::Errors(errors::ErrorPages(page.clone())),
                 Step::StripPrefix(strip) => {
                     Built::Path(paths::PathEdit::StripPrefix(strip.clone()))
@@ -210,7 +211,7 @@ impl Chain {
                 }
                 Built::RateLimit(limiter) => limiter.admit(request, services).await?,
                 Built::InFlight(limit) => {
-                    let slot = limit.take(request)?;
+                    let slot = limit.take(request, services)?;
                     request.context.held.push(Box::new(slot));
                 }
                 Built::Errors(pages) => {
