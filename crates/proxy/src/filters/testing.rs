@@ -148,12 +148,8 @@ impl Scene {
 
     /// The access hooks of the chain, in order, until one answers.
     pub(crate) fn on_access(&mut self, request: &Parts) -> Flow {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
         self.run(|filters, context, services| {
-            runtime.block_on(async {
+            block_on(async {
                 for filter in filters {
                     filter
                         .on_access(context, request, services)
@@ -190,12 +186,8 @@ impl Scene {
 
     /// The upstream-request hooks of the chain, in order, until one answers.
     pub(crate) fn on_upstream_request(&mut self, upstream: &mut Parts) -> Flow {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
         self.run(|filters, context, services| {
-            runtime.block_on(async {
+            block_on(async {
                 for filter in filters {
                     filter
                         .on_upstream_request(context, upstream, services)
@@ -255,6 +247,15 @@ impl Scene {
         self.held = context.held;
         result
     }
+}
+
+/// Runs a hook's future to its end on a runtime of its own.
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(future)
 }
 
 fn endpoint_at(n: u8) -> Endpoint {
