@@ -254,7 +254,7 @@ mod tests {
     use std::time::Instant;
 
     use sluice_routing::Variable;
-    use sluice_testkit::EchoBackend;
+    use sluice_testkit::RawBackend;
 
     use super::*;
     use crate::filters::registry::Filters;
@@ -264,9 +264,7 @@ mod tests {
     fn a_copy_goes_to_the_mirror_with_the_body_and_the_original_uri() {
         let servers = tokio::runtime::Runtime::new().expect("a runtime");
         let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 9, 30));
-        let mirror = servers
-            .block_on(EchoBackend::start("mirror", ip))
-            .expect("the mirror");
+        let mirror = servers.block_on(RawBackend::start(ip)).expect("the mirror");
         let policy = RoutePolicy {
             mirrors: vec![Mirror::Url {
                 target: vec![Variable::Text(format!("http://{}/copy", mirror.addr()))],
@@ -286,9 +284,15 @@ mod tests {
         let body = RequestBody::Replayable(Bytes::from_static(b"order"));
         scene.on_body_ready(&client_request, &body);
         let deadline = Instant::now() + Duration::from_secs(5);
-        while mirror.requests() == 0 && Instant::now() < deadline {
+        while mirror.requests().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(mirror.requests(), 1, "the mirror got one copy");
+        let copies = mirror.requests();
+        assert_eq!(copies.len(), 1, "the mirror got one copy");
+        let copy = &copies[0];
+        assert_eq!(copy.request_line(), "POST /copy HTTP/1.1");
+        assert_eq!(copy.header("host"), Some("mirror.internal"));
+        assert_eq!(copy.header("x-original-uri"), Some("/orders?id=7"));
+        assert_eq!(copy.body, b"order");
     }
 }
