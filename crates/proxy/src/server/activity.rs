@@ -69,6 +69,9 @@ pub(crate) struct ConnectionActivity {
     abusive: Notify,
     /// A response switched protocols (WebSocket): the bytes that follow are not HTTP.
     upgraded: AtomicBool,
+    /// The HTTP/1.1 connection let go of its protocol state to wait for the next request on
+    /// socket readiness alone (see `ClientIo`).
+    parked: AtomicBool,
 }
 
 impl ConnectionActivity {
@@ -86,6 +89,7 @@ impl ConnectionActivity {
             cancelled: AtomicU32::new(0),
             abusive: Notify::new(),
             upgraded: AtomicBool::new(false),
+            parked: AtomicBool::new(false),
         }
     }
 
@@ -97,12 +101,33 @@ impl ConnectionActivity {
         self.origin + Duration::from_millis(millis)
     }
 
-    /// The first byte of a request head arrived.
     /// Whether a response switched the connection to another protocol.
     pub(crate) fn is_upgraded(&self) -> bool {
         self.upgraded.load(Ordering::Relaxed)
     }
 
+    /// Whether the connection may be parked now: a request was answered and nothing of the
+    /// next one has arrived, no request is in flight, every byte written went out, and the
+    /// connection still speaks HTTP.
+    pub(crate) fn may_park(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_started.load(Ordering::Acquire) == UNSET
+            && self.idle_since.load(Ordering::Acquire) != UNSET
+            && self.write_stalled_since.load(Ordering::Acquire) == UNSET
+            && !self.is_upgraded()
+    }
+
+    /// The connection is parked (`true`) or serving again (`false`).
+    pub(crate) fn set_parked(&self, parked: bool) {
+        self.parked.store(parked, Ordering::Release);
+    }
+
+    /// Whether the connection is parked.
+    pub(crate) fn is_parked(&self) -> bool {
+        self.parked.load(Ordering::Acquire)
+    }
+
+    /// The first byte of a request head arrived.
     pub(crate) fn head_started(&self) {
         let idle = self.in_flight.load(Ordering::Acquire) == 0;
         if idle && self.head_started.load(Ordering::Acquire) == UNSET {

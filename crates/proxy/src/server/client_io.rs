@@ -1,4 +1,10 @@
-//! A client connection's byte stream as hyper reads it: bytes left over from the PROXY header come first, every byte read is scanned for HTTP/1 framing, and stalled writes are noted.
+//! A client connection's byte stream as hyper reads it: bytes left over from the PROXY header come first, every byte read is scanned for HTTP/1 framing, stalled writes are noted, and an idle HTTP/1.1 connection is parked.
+//!
+//! Parking: when hyper asks for the next request's bytes on a connection with nothing in
+//! flight and none of them has arrived, the stream tells hyper the client is done. hyper
+//! then ends the connection without closing the socket (`poll_shutdown` does nothing while
+//! parked), the listener takes the socket back with `into_parts`, frees hyper's buffers and
+//! state, and waits on the socket's readiness alone until the client sends again.
 
 use std::io;
 use std::pin::Pin;
@@ -10,13 +16,19 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::activity::ConnectionActivity;
 use super::framing::{BrokenAt, Event, MessageScanner};
+use super::rewound::Rewound;
 
 /// The stream hyper serves, wrapping the accepted socket.
 pub(crate) struct ClientIo<T> {
     inner: T,
-    /// Bytes read with the PROXY header that belong to the HTTP stream.
+    /// Bytes read with the PROXY header (or to detect the protocol) that belong to the HTTP
+    /// stream; they are scanned like bytes read from the socket.
     prefix: Bytes,
+    /// Bytes hyper had read but not used when the connection parked: already scanned.
+    replay: Bytes,
     scanner: MessageScanner,
+    /// Whether the connection parks when idle (HTTP/1.1).
+    parks: bool,
     activity: Arc<ConnectionActivity>,
     write_stalled: bool,
     /// A chunked body broke in bytes already read: the next read fails.
@@ -29,11 +41,14 @@ impl<T> ClientIo<T> {
         prefix: Bytes,
         max_head: usize,
         activity: Arc<ConnectionActivity>,
+        parks: bool,
     ) -> Self {
         Self {
             inner,
             prefix,
+            replay: Bytes::new(),
             scanner: MessageScanner::new(max_head),
+            parks,
             activity,
             write_stalled: false,
             broken: false,
@@ -62,6 +77,27 @@ impl<T> ClientIo<T> {
         }
     }
 
+    /// The connection serves again after parking; `replay` is what hyper had read past the
+    /// last request.
+    pub(crate) fn resume(&mut self, replay: Bytes) {
+        // hyper's leftover shares its whole read buffer: keep a copy of the bytes alone.
+        self.replay = match replay.is_empty() {
+            true => Bytes::new(),
+            false => Bytes::copy_from_slice(&replay),
+        };
+        self.activity.set_parked(false);
+    }
+
+    /// Whether hyper's next read should end the connection so that it parks.
+    fn should_park(&self) -> bool {
+        self.parks
+            && !self.replay.has_remaining()
+            && !self.prefix.has_remaining()
+            && !self.write_stalled
+            && self.scanner.is_between_messages()
+            && self.activity.may_park()
+    }
+
     fn note_write<R>(&mut self, poll: &Poll<io::Result<R>>) {
         let stalled = poll.is_pending();
         if stalled != self.write_stalled {
@@ -84,11 +120,21 @@ impl<T: AsyncRead + Unpin> AsyncRead for ClientIo<T> {
                 "invalid chunked framing",
             )));
         }
+        if this.replay.has_remaining() {
+            take_from(&mut this.replay, buf);
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         if this.prefix.has_remaining() {
-            let take = this.prefix.len().min(buf.remaining());
-            buf.put_slice(&this.prefix[..take]);
-            this.prefix.advance(take);
+            take_from(&mut this.prefix, buf);
+        } else if this.should_park() {
+            if Pin::new(&mut this.inner).poll_read(cx, buf)?.is_pending() {
+                // Nothing to read: the end of the stream as far as hyper knows. The socket
+                // stays registered for readiness, which the parked connection waits on.
+                this.activity.set_parked(true);
+                this.scanner.release();
+                return Poll::Ready(Ok(()));
+            }
         } else {
             ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
         }
@@ -142,6 +188,54 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ClientIo<T> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.activity.is_parked() {
+            // hyper ends a parking connection as if the client had left: keep it open.
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+impl<T: ReadReady> ClientIo<T> {
+    /// Resolves once the client may have sent something (or left).
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.replay.has_remaining() || self.prefix.has_remaining() {
+            return Poll::Ready(Ok(()));
+        }
+        self.inner.poll_read_ready(cx)
+    }
+}
+
+/// Moves what fits of `bytes` into `buf`; once all of it is read, lets go of the buffer
+/// `bytes` shares.
+fn take_from(bytes: &mut Bytes, buf: &mut ReadBuf<'_>) {
+    let take = bytes.len().min(buf.remaining());
+    buf.put_slice(&bytes[..take]);
+    bytes.advance(take);
+    if bytes.is_empty() {
+        *bytes = Bytes::new();
+    }
+}
+
+/// A client stream whose readiness a parked connection waits on.
+pub(crate) trait ReadReady {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+impl ReadReady for tokio::net::TcpStream {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        tokio::net::TcpStream::poll_read_ready(self, cx)
+    }
+}
+
+impl ReadReady for Box<tokio_rustls::server::TlsStream<Rewound<tokio::net::TcpStream>>> {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let (socket, session) = self.get_ref();
+        if !session.wants_read() {
+            // Decrypted bytes wait to be read, or the client said goodbye.
+            return Poll::Ready(Ok(()));
+        }
+        socket.poll_read_ready(cx)
     }
 }

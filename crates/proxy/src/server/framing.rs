@@ -138,6 +138,16 @@ impl MessageScanner {
         }
     }
 
+    /// Whether the scanner waits for the next message's head, with none of it seen.
+    pub(crate) fn is_between_messages(&self) -> bool {
+        self.state == State::BetweenMessages
+    }
+
+    /// Frees the memory kept for heads that arrive in pieces (a parked connection).
+    pub(crate) fn release(&mut self) {
+        self.head = Vec::new();
+    }
+
     /// Scans bytes just read, reporting head events to `on_event`. A chunked-body framing
     /// error says at which byte it is.
     pub(crate) fn scan(

@@ -14,9 +14,12 @@ mod accept;
 mod activity;
 mod client_auth;
 mod client_io;
+mod detect;
 mod framing;
+mod http1;
 mod proxy_protocol;
 mod rewound;
+mod supervisor;
 mod tls;
 
 use std::convert::Infallible;
@@ -32,19 +35,21 @@ use http::header::{CONNECTION, CONTENT_TYPE};
 use http::{HeaderValue, Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::service::service_fn;
+use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulConnection;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use crate::telemetry::{ListenerMetrics, OpenConnection};
 use accept::Acceptor;
-use activity::{ClientTimeouts, ConnectionActivity, Expiry, RequestActivity};
-use client_io::ClientIo;
+use activity::{ClientTimeouts, ConnectionActivity, RequestActivity};
+use client_io::{ClientIo, ReadReady};
+use detect::Protocol;
 use framing::HeadProblem;
+use http1::Http1;
 use rewound::Rewound;
+use supervisor::supervise;
 use tls::Handshake;
 pub use tls::{TlsSetupError, TlsTerminator};
 
@@ -112,10 +117,9 @@ impl ListenerOptions {
         }
     }
 
-    fn http_builder(&self) -> auto::Builder<TokioExecutor> {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
+    fn http1_builder(&self) -> hyper::server::conn::http1::Builder {
+        let mut builder = hyper::server::conn::http1::Builder::new();
         builder
-            .http1()
             .timer(TokioTimer::new())
             // The supervisor times heads itself: hyper's timer would also run while a
             // keep-alive connection waits between requests.
@@ -123,10 +127,14 @@ impl ListenerOptions {
             .max_buf_size((self.max_header_bytes + 4096).max(MIN_READ_BUFFER));
         if self.max_headers != DEFAULT_MAX_HEADERS {
             // hyper allocates header slots on the heap when this is set, so leave its default.
-            builder.http1().max_headers(self.max_headers);
+            builder.max_headers(self.max_headers);
         }
         builder
-            .http2()
+    }
+
+    fn http2_builder(&self) -> http2::Builder<TokioExecutor> {
+        let mut builder = http2::Builder::new(TokioExecutor::new());
+        builder
             .timer(TokioTimer::new())
             .max_concurrent_streams(self.max_concurrent_streams)
             .max_header_list_size(u32::try_from(self.max_header_bytes).unwrap_or(u32::MAX));
@@ -195,7 +203,8 @@ where
 /// Everything a connection task needs from its listener.
 struct Listener<F> {
     handler: F,
-    builder: auto::Builder<TokioExecutor>,
+    http1: hyper::server::conn::http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
     options: ListenerOptions,
     shutdown: ShutdownSignal,
     /// Terminates TLS first, on the TLS listener.
@@ -247,7 +256,8 @@ async fn serve_listener<H: Handler>(
     let grace_period = options.grace_period;
     let context = Arc::new(Listener {
         handler,
-        builder: options.http_builder(),
+        http1: options.http1_builder(),
+        http2: options.http2_builder(),
         options,
         shutdown: shutdown.clone(),
         tls,
@@ -278,19 +288,63 @@ async fn serve_listener<H: Handler>(
 
 /// Serves one connection: reads the PROXY header when required, then HTTP until the client
 /// leaves, a limit is hit, or the listener stops.
+///
+/// Everything before HTTP/1.1's requests (PROXY header, TLS handshake, protocol detection,
+/// and HTTP/2 in full) runs in a boxed future that is freed when it ends: a connection's task
+/// is as large as its largest state, and an idle HTTP/1.1 connection should hold little more
+/// than what parking keeps.
 async fn serve_connection<H: Handler>(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     listener: Arc<Listener<H>>,
 ) {
+    let serving = Box::pin(prepare(stream, peer, &listener)).await;
+    if let Some(serving) = serving {
+        serving.await;
+    }
+}
+
+/// An HTTP/1.1 connection's serving, boxed: all that its task holds besides is a pointer.
+type Serving<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// An HTTP/1.1 connection about to serve its first request.
+struct Http1Start<S, H: Handler> {
+    io: ClientIo<S>,
+    service: ClientService<H>,
+    activity: Arc<ConnectionActivity>,
+}
+
+impl<S, H: Handler> Http1Start<S, H>
+where
+    S: AsyncRead + AsyncWrite + ReadReady + Send + Unpin + 'static,
+{
+    fn serving(self, listener: &Listener<H>, peer: SocketAddr) -> Serving<'_> {
+        let options = &listener.options;
+        let http1 = Http1 {
+            builder: &listener.http1,
+            activity: self.activity,
+            timeouts: options.timeouts(),
+            shutdown: &listener.shutdown,
+            metrics: &options.metrics,
+            peer,
+        };
+        Box::pin(http1.serve(self.io, self.service))
+    }
+}
+
+/// Reads the PROXY header, terminates (or passes through) TLS and detects the protocol;
+/// serves HTTP/2 in full, and returns HTTP/1.1's serving.
+async fn prepare<H: Handler>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    listener: &Listener<H>,
+) -> Option<Serving<'_>> {
     let _ = stream.set_nodelay(true);
     let options = &listener.options;
-    let Some((mut info, prefix)) = client_info(&mut stream, peer, options).await else {
-        return;
-    };
+    let (mut info, prefix) = client_info(&mut stream, peer, options).await?;
     let Some(tls) = &listener.tls else {
-        serve_http(stream, prefix, info, &listener).await;
-        return;
+        let http1 = start_http(stream, prefix, None, info, listener).await?;
+        return Some(http1.serving(listener, peer));
     };
     let handshake = tls.handshake(Rewound::new(stream, prefix));
     let metrics = &options.metrics;
@@ -298,7 +352,9 @@ async fn serve_connection<H: Handler>(
         Ok(Ok(Handshake::Terminated(stream, session))) => {
             metrics.handshakes_succeeded.inc();
             info.tls = Some(session);
-            serve_http(stream, Bytes::new(), info, &listener).await;
+            let alpn = Protocol::of_alpn(stream.get_ref().1.alpn_protocol());
+            let http1 = start_http(stream, Bytes::new(), alpn, info, listener).await?;
+            return Some(http1.serving(listener, peer));
         }
         Ok(Ok(Handshake::Passthrough(passthrough))) => {
             let _open = OpenConnection::passthrough(metrics);
@@ -315,39 +371,108 @@ async fn serve_connection<H: Handler>(
             tracing::debug!(%peer, "TLS handshake timed out");
         }
     }
+    None
 }
 
-/// Serves HTTP on one connection's byte stream until the client leaves, a limit is hit, or
-/// the listener stops.
-async fn serve_http<H: Handler, S>(
-    stream: S,
+/// Starts HTTP on one connection's byte stream: HTTP/2 (when ALPN or the first bytes say so)
+/// is served here until the connection ends; HTTP/1.1 is returned ready to serve.
+async fn start_http<H: Handler, S>(
+    mut stream: S,
     prefix: Bytes,
+    alpn: Option<Protocol>,
     info: ClientInfo,
     listener: &Listener<H>,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+) -> Option<Http1Start<S, H>>
+where
+    S: AsyncRead + AsyncWrite + ReadReady + Send + Unpin + 'static,
 {
     let options = &listener.options;
     let peer = info.peer;
     let activity = Arc::new(ConnectionActivity::new());
-    let io = ClientIo::new(stream, prefix, options.max_header_bytes, activity.clone());
-    let handler = listener.handler.clone();
-    let requests = activity.clone();
     let open = Arc::new(OpenConnection::new(&options.metrics));
-    let service = service_fn(move |request: Request<Incoming>| {
-        open.request(request.version());
-        respond(
-            request,
-            handler.clone(),
-            requests.request_started(),
-            info.clone(),
-        )
-    });
-    let connection = listener
-        .builder
-        .serve_connection_with_upgrades(TokioIo::new(io), service);
+    let (protocol, prefix) = match alpn {
+        Some(protocol) => (protocol, prefix),
+        None => {
+            let first_head_due = tokio::time::Instant::now() + options.client_header_timeout;
+            let detected = detect::detect(&mut stream, prefix);
+            match tokio::time::timeout_at(first_head_due, detected).await {
+                Ok(Ok(detected)) => detected?,
+                Ok(Err(error)) => {
+                    tracing::debug!(%peer, %error, "connection failed before its first request");
+                    return None;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "closed a connection that sent no request in time");
+                    return None;
+                }
+            }
+        }
+    };
+    let parks = protocol == Protocol::Http1;
+    let io = ClientIo::new(
+        stream,
+        prefix,
+        options.max_header_bytes,
+        activity.clone(),
+        parks,
+    );
+    let service = ClientService {
+        handler: Box::new(listener.handler.clone()),
+        activity: activity.clone(),
+        info,
+        open,
+    };
+    if parks {
+        return Some(Http1Start {
+            io,
+            service,
+            activity,
+        });
+    }
+    let mut connection = listener.http2.serve_connection(TokioIo::new(io), service);
     let stopping = listener.shutdown.clone().wait();
-    supervise(connection, &activity, options.timeouts(), stopping, peer).await;
+    let timeouts = options.timeouts();
+    supervise(
+        Pin::new(&mut connection),
+        &activity,
+        timeouts,
+        stopping,
+        None,
+        peer,
+    )
+    .await;
+    None
+}
+
+/// The requests of one connection, as hyper calls them: each goes to the handler with the
+/// connection's `ClientInfo`, counted in the connection's activity.
+struct ClientService<H> {
+    /// Boxed so that the service is `Unpin`, which parking needs, whatever the handler is.
+    handler: Box<H>,
+    activity: Arc<ConnectionActivity>,
+    info: ClientInfo,
+    open: Arc<OpenConnection>,
+}
+
+/// One request's answer, boxed: hyper keeps a pointer between polls instead of moving the
+/// handler's whole state machine into its own slot.
+type Answering<B> =
+    Pin<Box<dyn Future<Output = Result<Response<ServedBody<B>>, Infallible>> + Send>>;
+
+impl<H: Handler> hyper::service::Service<Request<Incoming>> for ClientService<H> {
+    type Response = Response<ServedBody<H::Body>>;
+    type Error = Infallible;
+    type Future = Answering<H::Body>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        self.open.request(request.version());
+        Box::pin(respond(
+            request,
+            H::clone(&self.handler),
+            self.activity.request_started(),
+            self.info.clone(),
+        ))
+    }
 }
 
 /// Who the client is: from the PROXY header when the listener requires one (with the bytes
@@ -380,68 +505,6 @@ async fn client_info(
             tracing::debug!(%peer, %error, "closed a connection without a valid PROXY header");
             None
         }
-    }
-}
-
-/// Drives `connection` to its end while holding it to the client limits: a head late, a
-/// response unread or a client cancelling everything closes it at once; idleness and the
-/// listener stopping close it gracefully.
-async fn supervise<C>(
-    connection: C,
-    activity: &ConnectionActivity,
-    timeouts: ClientTimeouts,
-    stopping: impl Future<Output = ()>,
-    peer: SocketAddr,
-) where
-    C: GracefulConnection,
-    C::Error: std::fmt::Display,
-{
-    tokio::pin!(connection);
-    tokio::pin!(stopping);
-    let mut closing = false;
-    loop {
-        let due = activity
-            .deadline(&timeouts)
-            .filter(|(_, expiry)| !(closing && *expiry == Expiry::Idle));
-        let now = tokio::time::Instant::now();
-        match due {
-            Some((at, Expiry::Idle)) if at <= now => {
-                connection.as_mut().graceful_shutdown();
-                closing = true;
-                continue;
-            }
-            Some((at, expiry)) if at <= now => {
-                log_expiry(expiry, peer);
-                return;
-            }
-            _ => {}
-        }
-        let look_again = now + timeouts.recheck();
-        let wake = due.map_or(look_again, |(at, _)| at.min(look_again));
-        tokio::select! {
-            result = connection.as_mut() => {
-                if let Err(error) = result {
-                    tracing::debug!(%peer, %error, "connection ended with an error");
-                }
-                return;
-            }
-            () = &mut stopping, if !closing => {
-                connection.as_mut().graceful_shutdown();
-                closing = true;
-            }
-            () = activity.turned_abusive() => {}
-            () = tokio::time::sleep_until(wake) => {}
-        }
-    }
-}
-
-fn log_expiry(expiry: Expiry, peer: SocketAddr) {
-    match expiry {
-        Expiry::Abusive => tracing::warn!(
-            %peer,
-            "closed a connection whose client cancelled most of its requests early (HTTP/2 rapid reset)"
-        ),
-        _ => tracing::debug!(%peer, ?expiry, "closed a connection that ran into a client timeout"),
     }
 }
 

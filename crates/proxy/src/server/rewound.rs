@@ -45,6 +45,16 @@ impl<T> Rewound<T> {
     }
 }
 
+impl Rewound<tokio::net::TcpStream> {
+    /// Resolves once the socket has bytes to read (or the prefix has).
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.prefix.has_remaining() {
+            return Poll::Ready(Ok(()));
+        }
+        self.inner.poll_read_ready(cx)
+    }
+}
+
 impl<T: AsyncRead + Unpin> AsyncRead for Rewound<T> {
     fn poll_read(
         self: Pin<&mut Self>,

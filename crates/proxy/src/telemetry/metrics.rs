@@ -454,6 +454,7 @@ type Fixed<const N: usize> = [(&'static str, &'static str); N];
 #[derive(Clone, Debug, Default)]
 pub struct ConnectionMetrics {
     open: Family<Fixed<2>, Gauge>,
+    parked: Family<Fixed<1>, Gauge>,
     handshakes: Family<Fixed<2>, Counter>,
 }
 
@@ -463,6 +464,11 @@ impl ConnectionMetrics {
             "open_connections",
             "Client connections open, by listener and protocol (pending: no request yet)",
             Declared(self.open.clone()),
+        );
+        registry.register(
+            "parked_connections",
+            "Idle HTTP/1.1 client connections holding only their socket until the next request, by listener",
+            Declared(self.parked.clone()),
         );
         registry.register(
             "tls_handshakes",
@@ -486,6 +492,7 @@ impl ConnectionMetrics {
             http1: gauge("http1"),
             http2: gauge("http2"),
             passthrough: gauge("passthrough"),
+            parked: self.parked.get_or_create_owned(&[("listener", listener)]),
             handshakes_succeeded: handshakes("success"),
             handshakes_failed: handshakes("failure"),
             handshakes_timed_out: handshakes("timeout"),
@@ -515,6 +522,8 @@ pub struct ListenerHandles {
     pub(crate) http2: Gauge,
     /// TLS connections spliced to a backend unterminated.
     pub(crate) passthrough: Gauge,
+    /// HTTP/1.1 connections parked between requests (they count under `http1` too).
+    pub(crate) parked: Gauge,
     pub(crate) handshakes_succeeded: Counter,
     pub(crate) handshakes_failed: Counter,
     pub(crate) handshakes_timed_out: Counter,
