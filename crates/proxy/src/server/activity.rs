@@ -106,15 +106,17 @@ impl ConnectionActivity {
         self.upgraded.load(Ordering::Relaxed)
     }
 
-    /// Whether the connection may be parked now: a request was answered and nothing of the
-    /// next one has arrived, no request is in flight, every byte written went out, and the
-    /// connection still speaks HTTP.
-    pub(crate) fn may_park(&self) -> bool {
+    /// Whether the connection may be parked now: a request was answered at least `idle` ago
+    /// and nothing of the next one has arrived, no request is in flight, every byte written
+    /// went out, and the connection still speaks HTTP.
+    pub(crate) fn may_park(&self, idle: Duration) -> bool {
+        let since = self.idle_since.load(Ordering::Acquire);
         self.in_flight.load(Ordering::Acquire) == 0
             && self.head_started.load(Ordering::Acquire) == UNSET
-            && self.idle_since.load(Ordering::Acquire) != UNSET
+            && since != UNSET
             && self.write_stalled_since.load(Ordering::Acquire) == UNSET
             && !self.is_upgraded()
+            && self.now() >= since.saturating_add(u64::try_from(idle.as_millis()).unwrap_or(UNSET))
     }
 
     /// The connection is parked (`true`) or serving again (`false`).
@@ -293,6 +295,25 @@ mod tests {
         );
         activity.write_stalled(false);
         assert_eq!(activity.deadline(&TIMEOUTS), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_may_park_only_once_idle_long_enough_between_requests() {
+        let idle = Duration::from_millis(50);
+        let activity = Arc::new(ConnectionActivity::new());
+        assert!(!activity.may_park(idle), "not before its first request");
+        let mut request = activity.request_started();
+        assert!(!activity.may_park(idle), "not while a request runs");
+        request.answered();
+        drop(request);
+        assert!(!activity.may_park(idle), "not right after the answer");
+        tokio::time::advance(Duration::from_millis(60)).await;
+        assert!(activity.may_park(idle));
+        activity.write_stalled(true);
+        assert!(!activity.may_park(idle), "not with bytes still to write");
+        activity.write_stalled(false);
+        activity.head_started();
+        assert!(!activity.may_park(idle), "not once the next head has begun");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -27,8 +28,8 @@ pub(crate) struct ClientIo<T> {
     /// Bytes hyper had read but not used when the connection parked: already scanned.
     replay: Bytes,
     scanner: MessageScanner,
-    /// Whether the connection parks when idle (HTTP/1.1).
-    parks: bool,
+    /// How long an HTTP/1.1 connection must have been idle to park; `None`: never (HTTP/2).
+    park_after: Option<Duration>,
     activity: Arc<ConnectionActivity>,
     write_stalled: bool,
     /// A chunked body broke in bytes already read: the next read fails.
@@ -41,14 +42,14 @@ impl<T> ClientIo<T> {
         prefix: Bytes,
         max_head: usize,
         activity: Arc<ConnectionActivity>,
-        parks: bool,
+        park_after: Option<Duration>,
     ) -> Self {
         Self {
             inner,
             prefix,
             replay: Bytes::new(),
             scanner: MessageScanner::new(max_head),
-            parks,
+            park_after,
             activity,
             write_stalled: false,
             broken: false,
@@ -90,12 +91,13 @@ impl<T> ClientIo<T> {
 
     /// Whether hyper's next read should end the connection so that it parks.
     fn should_park(&self) -> bool {
-        self.parks
-            && !self.replay.has_remaining()
-            && !self.prefix.has_remaining()
-            && !self.write_stalled
-            && self.scanner.is_between_messages()
-            && self.activity.may_park()
+        self.park_after.is_some_and(|idle| {
+            !self.replay.has_remaining()
+                && !self.prefix.has_remaining()
+                && !self.write_stalled
+                && self.scanner.is_between_messages()
+                && self.activity.may_park(idle)
+        })
     }
 
     fn note_write<R>(&mut self, poll: &Poll<io::Result<R>>) {

@@ -37,10 +37,13 @@ pub(super) struct Http1<'a> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// How long an HTTP/1.1 connection must have been idle to park. Short, so that a crowd of
+/// clients that go idle together never holds many buffers at once; long enough that a busy
+/// connection, whose gaps between requests are far shorter, never parks and rebuilds.
+pub(super) const PARK_AFTER: Duration = Duration::from_millis(50);
 /// How often a serving connection is looked at to see whether it can park: an idle
-/// connection parks 50 to 100 ms after its last response. Short, so that a crowd of
-/// clients that go idle together never holds many buffers at once; long enough that a
-/// busy connection costs this look about twenty times a second, not once per request.
+/// connection parks 50 to 100 ms after its last response, and a busy one costs this look
+/// about twenty times a second, not once per request.
 const PARK_CHECK: Duration = Duration::from_millis(50);
 
 impl Http1<'_> {

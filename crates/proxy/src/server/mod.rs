@@ -409,12 +409,13 @@ where
         }
     };
     let parks = protocol == Protocol::Http1;
+    let park_after = parks.then_some(http1::PARK_AFTER);
     let io = ClientIo::new(
         stream,
         prefix,
         options.max_header_bytes,
         activity.clone(),
-        parks,
+        park_after,
     );
     let service = ClientService {
         handler: Box::new(listener.handler.clone()),
