@@ -939,6 +939,51 @@ async fn a_connection_keeps_its_certificate_while_the_secret_is_replaced() {
     assert_eq!(held.get_ref().1.peer_certificates().unwrap()[0], first);
 }
 
+/// An idle HTTPS keep-alive connection parks like a plain one (the client offers no ALPN, so
+/// the first bytes decide the protocol) and serves its next requests on the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_tls_connection_parks_and_serves_again_on_the_same_session() {
+    let pod = EchoBackend::start("parked", pod_ip(135)).await.unwrap();
+    let ca = TestCa::new("test CA").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = tls_ingress(
+        "app",
+        &["park.test"],
+        "web",
+        &[(&["park.test"], "park")],
+        &[],
+    );
+    let secret = ca
+        .server(&["park.test"])
+        .unwrap()
+        .secret_yaml("default", "park", None);
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[app, service("web", 80, &[pod.addr()]), secret],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let mut held = hold_connection(sluice.listen_tls, "park.test", &ca.cert_pem()).await;
+    for round in 0..3 {
+        let response = get_on(&mut held, "park.test", "parked\n").await;
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "round {round}: {response}"
+        );
+        wait_until(
+            "the TLS connection to park",
+            Duration::from_secs(5),
+            || async {
+                sluice
+                    .metric_sum("sluice_parked_connections", &[("listener", "https")])
+                    .await
+                    == 1.0
+            },
+        )
+        .await;
+    }
+}
+
 /// An Argo CD-like pod on `ip` that terminates TLS itself for pass.test, behind sluice with
 /// `ssl-passthrough` and `flags`.
 struct PassthroughPod {
