@@ -14,6 +14,7 @@ mod server;
 mod shutdown;
 mod telemetry;
 mod upstream;
+mod worker;
 
 pub use connection::{ClientCertificate, ClientInfo, TlsInfo};
 pub use error::ProxyError;
@@ -40,6 +41,7 @@ pub use upstream::retry_buffer::{
 };
 pub use upstream::runtime::{EndpointReport, Runtime};
 pub use upstream::session_key::SessionKey;
+pub use worker::enter_worker;
 
 /// Entry points for the micro-benchmarks in `bench/benches` (criterion); not an API.
 #[doc(hidden)]

@@ -15,7 +15,7 @@ const LAYERS: [&str; 6] = [
 ];
 
 /// Files at the crate's root that form its bottom.
-const BOTTOM: [&str; 4] = ["error", "headers", "connection", "shutdown"];
+const BOTTOM: [&str; 5] = ["error", "headers", "connection", "shutdown", "worker"];
 
 fn source_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

@@ -341,6 +341,11 @@ pub struct ServeArgs {
     /// connections are closed.
     #[arg(long, alias = "drain-timeout", default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub grace_period: Duration,
+    /// Data-plane workers: single-threaded runtimes on threads of their own, each with its own
+    /// SO_REUSEPORT socket on --listen and --listen-tls and its own upstream connections; the
+    /// kernel spreads new connections over them. Default: the cores sluice may run on.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Option<u16>,
 }
 
 /// Flags of the Kubernetes source.
@@ -461,6 +466,9 @@ impl ServeArgs {
             source,
             listen: self.listen,
             admin: self.admin,
+            workers: self
+                .workers
+                .map_or_else(crate::workers::available_cores, usize::from),
         }
     }
 }

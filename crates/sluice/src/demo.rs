@@ -84,6 +84,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         observe: args.observe.observe_config(),
         shutdown_delay: Duration::ZERO,
         grace_period: Duration::from_secs(2),
+        workers: crate::workers::available_cores(),
     };
     let server = Server::bind(config).await?;
     print_instructions(&args, dir.path(), &pods);

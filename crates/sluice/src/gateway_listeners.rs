@@ -47,7 +47,7 @@ fn bind_socket(
         }
         false => None,
     };
-    let listener = bind_listener(address).map_err(|error| error.to_string())?;
+    let listener = bind_listener(address, false).map_err(|error| error.to_string())?;
     Ok((listener, terminator))
 }
 

@@ -12,6 +12,7 @@ mod kube_source;
 mod logging;
 mod metrics;
 mod serve;
+mod workers;
 
 use clap::Parser;
 

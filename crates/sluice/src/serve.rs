@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use sluice_config::CompileOptions;
 use sluice_proxy::{
-    serve, serve_tls, AccessLog, AccessLogFormat, ListenerOptions, Proxy, ProxyOptions,
-    ShutdownSignal, TlsTerminator,
+    serve, AccessLog, AccessLogFormat, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal,
+    TlsTerminator,
 };
 use sluice_sources::kubernetes::{WatchId, WatchPhase, WatchRegistry};
 use sluice_sources::{watch_dir, DirChanges, ManifestDir};
@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use crate::admin;
 use crate::control::ControlPlane;
 use crate::kube_source::{self, KubeConfig, KubeSource};
+use crate::workers::{self, Plan, Workers};
 
 /// Where the snapshot comes from.
 #[derive(Debug, Clone)]
@@ -46,6 +47,8 @@ pub struct ServeConfig {
     pub shutdown_delay: Duration,
     /// Then: how long requests in flight may finish.
     pub grace_period: Duration,
+    /// `--workers`: data-plane workers, each with its own sockets on `listen` and `listen_tls`.
+    pub workers: usize,
 }
 
 /// What sluice lets operators see, and who may look.
@@ -86,8 +89,9 @@ pub struct Server {
     config: ServeConfig,
     control: Arc<ControlPlane>,
     source: Source,
-    proxy_listener: TcpListener,
-    tls_listener: Option<TcpListener>,
+    /// One socket per data-plane worker on `--listen`, and on `--listen-tls` when it is on.
+    proxy_listeners: Vec<TcpListener>,
+    tls_listeners: Vec<TcpListener>,
     admin_listener: TcpListener,
     metrics_listener: Option<TcpListener>,
 }
@@ -98,14 +102,13 @@ impl Server {
     /// an address is taken, the directory cannot be read, or the Kubernetes client cannot be
     /// configured.
     pub async fn bind(config: ServeConfig) -> anyhow::Result<Self> {
-        let proxy_listener = bind_listener(config.listen)
+        let workers = config.workers.max(1);
+        let proxy_listeners = workers::bind(config.listen, workers)
             .with_context(|| format!("cannot listen on {} (--listen)", config.listen))?;
-        let tls_listener = match config.listen_tls {
-            Some(address) => Some(
-                bind_listener(address)
-                    .with_context(|| format!("cannot listen on {address} (--listen-tls)"))?,
-            ),
-            None => None,
+        let tls_listeners = match config.listen_tls {
+            Some(address) => workers::bind(address, workers)
+                .with_context(|| format!("cannot listen on {address} (--listen-tls)"))?,
+            None => Vec::new(),
         };
         check_admin_exposure(&config)?;
         let admin_listener = TcpListener::bind(config.admin)
@@ -144,8 +147,8 @@ impl Server {
             config,
             control,
             source,
-            proxy_listener,
-            tls_listener,
+            proxy_listeners,
+            tls_listeners,
             admin_listener,
             metrics_listener,
         })
@@ -157,12 +160,12 @@ impl Server {
             config,
             control,
             source,
-            proxy_listener,
-            tls_listener,
+            proxy_listeners,
+            tls_listeners,
             admin_listener,
             metrics_listener,
         } = self;
-        tracing::info!(listen = %config.listen, listen_tls = ?config.listen_tls, admin = %config.admin, "sluice is serving");
+        tracing::info!(listen = %config.listen, listen_tls = ?config.listen_tls, admin = %config.admin, workers = proxy_listeners.len(), "sluice is serving");
         let metrics = control.metrics();
         metrics.export_per_endpoint(config.observe.per_endpoint);
         let mut proxy = Proxy::new(control.table().clone(), &config.proxy);
@@ -171,28 +174,33 @@ impl Server {
         }
         let proxy = Arc::new(proxy);
         proxy.watch_shutdown(shutdown.clone(), config.grace_period);
-        // One handler for both proxy listeners (a closure holding the proxy is Clone).
+        // One handler for every proxy listener (a closure holding the proxy is Clone).
         let handler_proxy = proxy.clone();
         let proxy_handler = move |request, client| {
             let proxy = handler_proxy.clone();
             async move { proxy.handle(request, client).await }
         };
-        let tls_task = match tls_listener {
-            Some(listener) => {
-                let terminator = tls_terminator(&control, &config)?;
-                Some(tokio::spawn(serve_tls(
-                    listener,
-                    proxy_handler.clone(),
-                    shutdown.clone(),
-                    ListenerOptions {
-                        metrics: metrics.connections.listener("https"),
-                        ..config.listener.clone()
-                    },
-                    Arc::new(terminator),
-                )))
-            }
-            None => None,
+        let terminator = match tls_listeners.is_empty() {
+            true => None,
+            false => Some(Arc::new(tls_terminator(&control, &config)?)),
         };
+        let mut workers = Workers::start(
+            proxy_listeners,
+            tls_listeners,
+            Plan {
+                handler: proxy_handler.clone(),
+                shutdown: shutdown.clone(),
+                http: ListenerOptions {
+                    metrics: metrics.connections.listener("http"),
+                    ..config.listener.clone()
+                },
+                https: ListenerOptions {
+                    metrics: metrics.connections.listener("https"),
+                    ..config.listener.clone()
+                },
+                terminator,
+            },
+        )?;
         let gateway_task = tokio::spawn(crate::gateway_listeners::run(
             control.clone(),
             proxy_handler.clone(),
@@ -219,15 +227,6 @@ impl Server {
             };
             tokio::spawn(serve(listener, handler, shutdown.clone(), options))
         });
-        let proxy_task = tokio::spawn(serve(
-            proxy_listener,
-            proxy_handler,
-            shutdown.clone(),
-            ListenerOptions {
-                metrics: metrics.connections.listener("http"),
-                ..config.listener.clone()
-            },
-        ));
         let admin_options = ListenerOptions {
             grace_period: config.grace_period,
             ..ListenerOptions::default()
@@ -247,10 +246,7 @@ impl Server {
             } => reload_until_shutdown(source, changes, watch, &control, shutdown).await,
             Source::Kubernetes(source) => source.run(control.clone(), shutdown).await,
         }
-        proxy_task.await.context("proxy listener task failed")?;
-        if let Some(task) = tls_task {
-            task.await.context("TLS listener task failed")?;
-        }
+        workers.drained().await?;
         gateway_task.await.context("Gateway listener task failed")?;
         // WebSocket tunnels end by the end of the grace period (counted from the listeners
         // stopping, which has passed): wait for them, with a margin for their close.
@@ -406,12 +402,19 @@ const RELOAD_RETRY: Duration = Duration::from_secs(1);
 
 /// A listening socket with room for a burst of new connections: a backlog of 1,024 (the
 /// standard library's is 128; nginx's 511), and the address reusable at once after a restart.
-pub(crate) fn bind_listener(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+/// With `reuse_port`, other sockets with it may bind the same address (one per `--workers`).
+pub(crate) fn bind_listener(
+    address: std::net::SocketAddr,
+    reuse_port: bool,
+) -> std::io::Result<TcpListener> {
     let socket = match address {
         std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
         std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
     };
     socket.set_reuseaddr(true)?;
+    if reuse_port {
+        socket.set_reuseport(true)?;
+    }
     socket.bind(address)?;
     socket.listen(1024)
 }

@@ -262,6 +262,10 @@ async fn serve_listener<H: Handler>(
         shutdown: shutdown.clone(),
         tls,
     });
+    let accepted = context
+        .options
+        .metrics
+        .accepted_by(crate::worker::current());
     let mut acceptor = Acceptor::default();
     let mut connections = JoinSet::new();
     let stop = shutdown.wait();
@@ -272,6 +276,7 @@ async fn serve_listener<H: Handler>(
             accepted = acceptor.accept(&listener) => accepted,
             () = &mut stop => break,
         };
+        accepted.inc();
         connections.spawn(serve_connection(stream, peer, context.clone()));
     }
     drop(listener);

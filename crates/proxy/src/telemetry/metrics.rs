@@ -456,7 +456,11 @@ pub struct ConnectionMetrics {
     open: Family<Fixed<2>, Gauge>,
     parked: Family<Fixed<1>, Gauge>,
     handshakes: Family<Fixed<2>, Counter>,
+    accepted: Family<WorkerLabels, Counter>,
 }
+
+/// A listener and the data-plane worker (`--workers`) that accepted on it.
+type WorkerLabels = [(&'static str, String); 2];
 
 impl ConnectionMetrics {
     pub fn register(&self, registry: &mut Registry) {
@@ -474,6 +478,11 @@ impl ConnectionMetrics {
             "tls_handshakes",
             "TLS handshakes with clients, by listener and result",
             Declared(self.handshakes.clone()),
+        );
+        registry.register(
+            "accepted_connections",
+            "Client connections accepted, by listener and data-plane worker (--workers): how evenly the kernel spreads them",
+            Declared(self.accepted.clone()),
         );
     }
 
@@ -496,6 +505,8 @@ impl ConnectionMetrics {
             handshakes_succeeded: handshakes("success"),
             handshakes_failed: handshakes("failure"),
             handshakes_timed_out: handshakes("timeout"),
+            listener,
+            accepted: self.accepted.clone(),
         }))
     }
 }
@@ -527,6 +538,18 @@ pub struct ListenerHandles {
     pub(crate) handshakes_succeeded: Counter,
     pub(crate) handshakes_failed: Counter,
     pub(crate) handshakes_timed_out: Counter,
+    listener: &'static str,
+    accepted: Family<WorkerLabels, Counter>,
+}
+
+impl ListenerHandles {
+    /// The count of connections this listener accepted on data-plane worker `worker`.
+    pub(crate) fn accepted_by(&self, worker: usize) -> Counter {
+        self.accepted.get_or_create_owned(&[
+            ("listener", self.listener.to_owned()),
+            ("worker", worker.to_string()),
+        ])
+    }
 }
 
 /// Counts one connection in its listener's gauges while it lives: first as pending, then

@@ -83,6 +83,22 @@ struct Idle {
     expires: Instant,
 }
 
+/// Idle HTTP/1.1 connections, one list per data-plane worker ([`crate::worker`]): a
+/// connection's hyper task runs on the worker that opened it, so only that worker reuses it.
+#[derive(Default)]
+struct IdleLists(Vec<Vec<Idle>>);
+
+impl IdleLists {
+    /// The current worker's list.
+    fn of_this_worker(&mut self) -> &mut Vec<Idle> {
+        let worker = crate::worker::current();
+        if self.0.len() <= worker {
+            self.0.resize_with(worker + 1, Vec::new);
+        }
+        &mut self.0[worker]
+    }
+}
+
 /// An HTTP/2 connection many requests share, with the streams it carries now.
 struct Shared {
     sender: http2::SendRequest<UpstreamBody>,
@@ -112,8 +128,8 @@ impl Drop for StreamSlot {
 /// that moment are closed when their response ends.
 #[derive(Default)]
 pub(crate) struct ConnectionPool {
-    idle: Mutex<Vec<Idle>>,
-    idle_tls: Mutex<Vec<Idle>>,
+    idle: Mutex<IdleLists>,
+    idle_tls: Mutex<IdleLists>,
     shared: Mutex<Vec<Shared>>,
     /// Held while an HTTP/2-capable connection is being opened.
     connecting: tokio::sync::Mutex<()>,
@@ -137,7 +153,8 @@ impl ConnectionPool {
             return None;
         }
         let now = Instant::now();
-        let mut idle = self.idle_of(tls).lock().ok()?;
+        let mut lists = self.idle_of(tls).lock().ok()?;
+        let idle = lists.of_this_worker();
         while let Some(candidate) = idle.pop() {
             let usable = candidate.generation == generation
                 && now < candidate.expires
@@ -156,7 +173,7 @@ impl ConnectionPool {
     }
 
     /// The idle HTTP/1.1 connections over TLS, or over plain TCP.
-    fn idle_of(&self, tls: bool) -> &Mutex<Vec<Idle>> {
+    fn idle_of(&self, tls: bool) -> &Mutex<IdleLists> {
         match tls {
             true => &self.idle_tls,
             false => &self.idle,
@@ -274,7 +291,8 @@ impl ConnectionPool {
         let Sender::Http1(sender) = connection.sender else {
             return;
         };
-        if let Ok(mut idle) = self.idle_of(connection.tls).lock() {
+        if let Ok(mut lists) = self.idle_of(connection.tls).lock() {
+            let idle = lists.of_this_worker();
             if idle.len() < MAX_IDLE {
                 idle.push(Idle {
                     sender,
@@ -290,8 +308,10 @@ impl ConnectionPool {
     /// connections are forgotten.
     pub(crate) fn reap(&self, now: Instant) {
         for idle in [&self.idle, &self.idle_tls] {
-            if let Ok(mut idle) = idle.lock() {
-                idle.retain(|entry| now < entry.expires && !entry.sender.is_closed());
+            if let Ok(mut lists) = idle.lock() {
+                for idle in &mut lists.0 {
+                    idle.retain(|entry| now < entry.expires && !entry.sender.is_closed());
+                }
             }
         }
         if let Ok(mut shared) = self.shared.lock() {
@@ -302,7 +322,8 @@ impl ConnectionPool {
     /// How many idle connections the pool holds.
     #[cfg(test)]
     pub(crate) fn idle_count(&self) -> usize {
-        self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
+        let count = |lists: &IdleLists| lists.0.iter().map(Vec::len).sum();
+        self.idle.lock().map(|lists| count(&lists)).unwrap_or(0)
     }
 
     /// Closes every idle connection, and makes connections now busy close when their response
@@ -441,6 +462,62 @@ mod tests {
             HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{e}")),
         );
         keep_alive_for(&headers, Duration::from_secs(60))
+    }
+
+    /// Runs `work` on a thread that is data-plane worker `index`, in a runtime of its own.
+    fn on_worker<T: Send + 'static>(index: usize, work: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::spawn(move || {
+            crate::worker::enter_worker(index);
+            work()
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("worker {index} panicked"))
+    }
+
+    #[test]
+    fn a_worker_reuses_only_the_connections_it_opened() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let authority = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .to_string();
+        // The endpoint holds every connection open.
+        std::thread::spawn(move || {
+            let held: Vec<_> = listener.incoming().collect();
+            drop(held);
+        });
+        let pool = Arc::new(ConnectionPool::default());
+        let worker_pool = pool.clone();
+        let (on_zero, on_one) = on_worker(1, move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"));
+            runtime.block_on(async move {
+                let opened = worker_pool
+                    .connect(&authority, &Wire::Http1, Duration::from_secs(5))
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                // hyper's connection task says it is ready once it first runs.
+                let ready = async {
+                    while !opened.sender.is_ready() {
+                        tokio::task::yield_now().await;
+                    }
+                };
+                tokio::time::timeout(Duration::from_secs(5), ready)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                worker_pool.keep(opened, Instant::now() + Duration::from_secs(60));
+                assert_eq!(worker_pool.idle_count(), 1);
+                let zero_pool = worker_pool.clone();
+                let on_zero = on_worker(0, move || zero_pool.checkout(&Wire::Http1).is_some());
+                let on_one = worker_pool.checkout(&Wire::Http1).map(|c| c.reused);
+                (on_zero, on_one)
+            })
+        });
+        assert!(!on_zero, "worker 0 took worker 1's connection");
+        assert_eq!(on_one, Some(true), "worker 1 reuses its own connection");
+        assert_eq!(pool.idle_count(), 0);
     }
 
     #[test]
