@@ -2,33 +2,58 @@
 //!
 //! ```text
 //! idle-clients --connect 127.0.0.1:18080 --host bench.test --connections 10000 --hold-seconds 30
+//! idle-clients --connect 127.0.0.1:18443 --tls true ...   (HTTPS with SNI --host, HTTP/1.1 by ALPN)
 //! ```
 //!
 //! Prints `ready` on its own line once every connection has had its response, then holds them
 //! for `--hold-seconds` (or until killed). Connections are opened one after another; the kernel
-//! picks each source port for its own address pair, so no port is held by a bind.
+//! picks each source port for its own address pair, so no port is held by a bind. Over TLS,
+//! any certificate is accepted (as `curl -k`: the proxies serve a self-signed one) but the
+//! handshake's signatures are checked.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 struct Options {
     connect: SocketAddr,
     host: String,
     connections: usize,
     hold: Duration,
+    /// HTTPS (HTTP/1.1 by ALPN).
+    tls: bool,
 }
+
+/// A held connection, plain or TLS.
+trait Held: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Held for T {}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let options = parse(std::env::args().skip(1))?;
     let request = format!("GET / HTTP/1.1\r\nHost: {}\r\n\r\n", options.host);
     let mut held = Vec::with_capacity(options.connections);
+    let tls = options.tls.then(connector).transpose()?;
+    let name = ServerName::try_from(options.host.clone()).context("--host as a TLS name")?;
     for index in 0..options.connections {
-        held.push(open_and_ask(options.connect, index, request.as_bytes()).await?);
+        let stream = open_and_ask(options.connect, index, request.as_bytes(), |stream| async {
+            let stream: Box<dyn Held> = match &tls {
+                Some(tls) => Box::new(tls.connect(name.clone(), stream).await?),
+                None => Box::new(stream),
+            };
+            Ok(stream)
+        })
+        .await?;
+        held.push(stream);
     }
     println!("ready");
     tokio::time::sleep(options.hold).await;
@@ -36,15 +61,77 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One connection, one request, and its whole response read.
-async fn open_and_ask(
+/// A TLS client that accepts any certificate and offers HTTP/1.1 alone by ALPN.
+fn connector() -> anyhow::Result<TlsConnector> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// Accepts the proxy's certificate, whatever it is, and checks the handshake's signatures.
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// One connection (wrapped by `wrap`, the TLS handshake when there is one), one request, and
+/// its whole response read.
+async fn open_and_ask<W, Fut>(
     target: SocketAddr,
     index: usize,
     request: &[u8],
-) -> anyhow::Result<TcpStream> {
-    let mut stream = TcpStream::connect(target)
+    wrap: W,
+) -> anyhow::Result<Box<dyn Held>>
+where
+    W: FnOnce(TcpStream) -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<Box<dyn Held>>>,
+{
+    let stream = TcpStream::connect(target)
         .await
         .with_context(|| format!("connection {index} to {target}"))?;
+    let mut stream = wrap(stream)
+        .await
+        .with_context(|| format!("TLS handshake on connection {index}"))?;
     stream.write_all(request).await?;
     read_one_response(&mut stream)
         .await
@@ -53,7 +140,7 @@ async fn open_and_ask(
 }
 
 /// Reads a response head and its `Content-Length` body; anything but a 2xx is an error.
-async fn read_one_response(stream: &mut TcpStream) -> anyhow::Result<()> {
+async fn read_one_response(stream: &mut Box<dyn Held>) -> anyhow::Result<()> {
     let mut received = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     loop {
@@ -92,6 +179,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Options> {
         host: "bench.test".to_owned(),
         connections: 10_000,
         hold: Duration::from_secs(3600),
+        tls: false,
     };
     while let Some(flag) = args.next() {
         let value = args
@@ -100,6 +188,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Options> {
         match flag.as_str() {
             "--connect" => options.connect = value.parse().context("--connect ADDR:PORT")?,
             "--host" => options.host = value,
+            "--tls" => {
+                options.tls = value.parse().context("--tls true|false")?;
+            }
             "--connections" => options.connections = value.parse().context("--connections N")?,
             "--hold-seconds" => {
                 options.hold = Duration::from_secs(value.parse().context("--hold-seconds N")?)
