@@ -12,14 +12,11 @@
 //! handshake's signatures are checked.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::ServerName;
+use sluice_proxy::bench_support::any_certificate_client;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -42,7 +39,12 @@ async fn main() -> anyhow::Result<()> {
     let options = parse(std::env::args().skip(1))?;
     let request = format!("GET / HTTP/1.1\r\nHost: {}\r\n\r\n", options.host);
     let mut held = Vec::with_capacity(options.connections);
-    let tls = options.tls.then(connector).transpose()?;
+    let tls = match options.tls {
+        true => Some(TlsConnector::from(any_certificate_client(vec![
+            b"http/1.1".to_vec(),
+        ])?)),
+        false => None,
+    };
     let name = ServerName::try_from(options.host.clone()).context("--host as a TLS name")?;
     for index in 0..options.connections {
         let stream = open_and_ask(options.connect, index, request.as_bytes(), |stream| async {
@@ -59,59 +61,6 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(options.hold).await;
     drop(held);
     Ok(())
-}
-
-/// A TLS client that accepts any certificate and offers HTTP/1.1 alone by ALPN.
-fn connector() -> anyhow::Result<TlsConnector> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsConnector::from(Arc::new(config)))
-}
-
-/// Accepts the proxy's certificate, whatever it is, and checks the handshake's signatures.
-#[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// One connection (wrapped by `wrap`, the TLS handshake when there is one), one request, and

@@ -72,4 +72,21 @@ pub mod bench_support {
             state,
         )
     }
+
+    /// A TLS client that accepts any server certificate but checks the handshake's
+    /// signatures, as `proxy-ssl-verify: "off"` does, offering `alpn`: for `idle-clients
+    /// --tls`, whose proxies serve self-signed certificates.
+    pub fn any_certificate_client(
+        alpn: Vec<Vec<u8>>,
+    ) -> Result<std::sync::Arc<rustls::ClientConfig>, rustls::Error> {
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = crate::upstream::connect::AcceptAnyCertificate(provider.clone());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+            .with_no_client_auth();
+        config.alpn_protocols = alpn;
+        Ok(std::sync::Arc::new(config))
+    }
 }
