@@ -17,7 +17,7 @@ pub enum ProxyError {
     #[error("upstream connect failed")]
     ConnectFailed(#[source] std::io::Error),
     #[error("upstream connection failed")]
-    UpstreamFailed(#[source] hyper::Error),
+    UpstreamFailed(#[source] UpstreamError),
     /// A connect or an exchange that failed before the response head, on a route whose policy
     /// answers that 503 (`UpstreamFailureStatus::ServiceUnavailable`: Gateway API routes, as
     /// Envoy answers). Ingress routes keep nginx's 502.
@@ -47,13 +47,33 @@ pub enum ProxyError {
     ClientCertificate { sent: bool },
 }
 
+/// Why an exchange with an endpoint failed: hyper's account for HTTP/2, sluice's own for
+/// HTTP/1.1 ([`crate::upstream::http1`]).
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error(transparent)]
+    Http2(#[from] hyper::Error),
+    #[error("the endpoint closed the connection before it answered")]
+    ClosedBeforeResponse,
+    #[error("the endpoint closed the connection before the response body's end")]
+    IncompleteBody,
+    #[error("the connection to the endpoint failed")]
+    Io(#[source] std::io::Error),
+    #[error("the endpoint's response is malformed: {0}")]
+    Malformed(&'static str),
+    #[error("the endpoint's response head is malformed")]
+    Parse(#[source] httparse::Error),
+    #[error("the request body could not be sent")]
+    RequestBody(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Why a response body stream from an endpoint ended in an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ResponseBodyError {
     #[error("the endpoint paused the response body for longer than the idle timeout")]
     Stalled,
     #[error("reading the response body failed")]
-    Read(#[source] hyper::Error),
+    Read(#[source] UpstreamError),
     #[error("the endpoint sent more body than its Content-Length declared")]
     LongerThanDeclared,
 }

@@ -22,15 +22,12 @@ pub(crate) fn respond(
     (services, tunnels): (&Services, &Tunnels),
     client_upgrade: Option<ClientUpgrade>,
 ) -> Response<ProxyBody> {
-    let Answer {
-        mut response,
-        endpoint,
-    } = answer;
+    let Answer { response, endpoint } = answer;
     context.upstream_status = Some(response.status());
     let switched = match client_upgrade {
         Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
             let protocol = response.headers().get(http::header::UPGRADE).cloned();
-            Some((client, hyper::upgrade::on(&mut response), protocol))
+            Some((client, protocol))
         }
         _ => None,
     };
@@ -44,7 +41,7 @@ pub(crate) fn respond(
     for filter in filters.chain() {
         filter.on_response(context, &mut head, services);
     }
-    let Some((client, endpoint, protocol)) = switched else {
+    let Some((client, protocol)) = switched else {
         return Response::from_parts(head, Either::Left(TrackedBody::new(body)));
     };
     if let Some(protocol) = protocol {
@@ -53,7 +50,7 @@ pub(crate) fn respond(
     // The connection is the tunnel's now: it never goes back to the pool. (A switch of
     // protocols is never held, so its body is always the streaming one.)
     if let EndpointBody::Streaming(body) = body {
-        if let Some(in_flight) = body.into_tunnel() {
+        if let Some((in_flight, endpoint)) = body.into_tunnel() {
             tunnels.open(client, endpoint, in_flight);
         }
     }

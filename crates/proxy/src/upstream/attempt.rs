@@ -47,14 +47,15 @@ use hyper::body::Incoming;
 use hyper::client::conn::TrySendError;
 use sluice_routing::{Backend, BackendMode, Endpoint, EndpointSet, RoutePolicy};
 
-use crate::error::ProxyError;
+use crate::error::{ProxyError, UpstreamError};
 use crate::telemetry::RetryReason;
 use crate::upstream::balance::{Candidates, RequestKey};
 use crate::upstream::connect::Wire;
 use crate::upstream::health::{Admission, InFlight, TrialGuard};
-use crate::upstream::pool::{keep_alive_for, Checkin, Connection};
+use crate::upstream::http1::{Http1Connection, Http1Failure};
+use crate::upstream::pool::{keep_alive_for, Checkin, Connection, Sender};
 use crate::upstream::request_body::{ClientBodyError, RequestBody, UploadProgress, UpstreamBody};
-use crate::upstream::response_body::{EndpointBody, StreamingBody};
+use crate::upstream::response_body::{EndpointBody, EndpointStream, StreamingBody};
 use crate::upstream::retry_buffer::{holdable_length, HeldBytes, RetryBuffer};
 use crate::upstream::runtime::{EndpointRuntime, Runtime};
 
@@ -105,10 +106,23 @@ enum Failure {
 
 /// How one exchange on a connection ended, short of a response.
 enum Exchanged {
-    /// The connection was closed before the request went out; hyper gave it back.
-    Unsent(Box<Request<UpstreamBody>>, ProxyError),
-    Failed(hyper::Error),
+    /// The connection was closed before the request went out: its body (and, for HTTP/2,
+    /// the headers that were moved into the request) come back.
+    Unsent {
+        body: UpstreamBody,
+        headers: Option<Box<http::HeaderMap>>,
+        error: ProxyError,
+    },
+    Failed(UpstreamError),
     TimedOut(ProxyError),
+}
+
+/// One attempt's request as its connection takes it: the HTTP/1.1 connection itself with the
+/// body (the head is written from the exchange's parts), or a request for a shared HTTP/2
+/// connection.
+enum Outgoing {
+    Http1(Http1Connection, UpstreamBody),
+    Http2(Request<UpstreamBody>),
 }
 
 /// The next endpoint to try.
@@ -464,10 +478,10 @@ impl<'a> Exchange<'a> {
                 )));
             };
             let progress = body.progress();
-            let request = self.upstream_request(body, &connection);
+            let outgoing = self.outgoing(&mut connection, body);
             let sent = Instant::now();
             match self
-                .exchange(&mut connection, request, progress.as_deref())
+                .exchange(&mut connection, outgoing, progress.as_deref())
                 .await
             {
                 Ok(response) => {
@@ -478,9 +492,14 @@ impl<'a> Exchange<'a> {
                     let checkin = Checkin::new(runtime.pool.clone(), connection, keep_for);
                     return self.answered(response, in_flight, checkin, endpoint).await;
                 }
-                Err(Exchanged::Unsent(request, error)) => {
-                    let (parts, body) = request.into_parts();
-                    self.parts.headers = parts.headers;
+                Err(Exchanged::Unsent {
+                    body,
+                    headers,
+                    error,
+                }) => {
+                    if let Some(headers) = headers {
+                        self.parts.headers = *headers;
+                    }
                     self.body.restore(body);
                     if !connection.reused {
                         return Err(Failure::NotSent(error));
@@ -519,7 +538,7 @@ impl<'a> Exchange<'a> {
     /// may follow.
     async fn answered(
         &self,
-        response: Response<Incoming>,
+        response: Response<EndpointStream>,
         in_flight: InFlight,
         checkin: Checkin,
         endpoint: &Endpoint,
@@ -547,7 +566,7 @@ impl<'a> Exchange<'a> {
 
     /// The length to hold `response` for and its claim on the proxy-wide cap, when the
     /// response is one to hold and a cut-off body could still be retried.
-    fn hold(&self, response: &Response<Incoming>) -> Option<(u64, HeldBytes)> {
+    fn hold(&self, response: &Response<EndpointStream>) -> Option<(u64, HeldBytes)> {
         // The response's own terms first: they are read from its head, while the retry
         // question reads the backend's budget.
         let buffer = self.settings.retry_buffer;
@@ -595,10 +614,10 @@ impl<'a> Exchange<'a> {
     async fn exchange(
         &self,
         connection: &mut Connection,
-        request: Request<UpstreamBody>,
+        outgoing: Outgoing,
         progress: Option<&UploadProgress>,
-    ) -> Result<Response<Incoming>, Exchanged> {
-        let send = connection.sender.try_send(request);
+    ) -> Result<Response<EndpointStream>, Exchanged> {
+        let send = self.send(connection, outgoing);
         tokio::pin!(send);
         let idle = self.settings.body_idle_timeout;
         let send_idle = self.policy.timeouts.send.unwrap_or(idle);
@@ -609,7 +628,7 @@ impl<'a> Exchange<'a> {
             };
             tokio::select! {
                 biased;
-                result = &mut send => return sent(result),
+                result = &mut send => return result,
                 () = progress.sent() => {}
                 () = tokio::time::sleep_until(check_at) => {
                     if progress.endpoint_stalled(send_idle) {
@@ -628,7 +647,7 @@ impl<'a> Exchange<'a> {
             .request_time_left()
             .map_or(timeout, |left| timeout.min(left));
         match tokio::time::timeout(timeout, send).await {
-            Ok(result) => sent(result),
+            Ok(result) => result,
             Err(_elapsed) => Err(Exchanged::TimedOut(ProxyError::ResponseTimeout)),
         }
     }
@@ -712,14 +731,52 @@ impl<'a> Exchange<'a> {
             .count()
     }
 
-    /// The request for one attempt: the prepared head (origin-form target, this hop's
-    /// headers) with this attempt's body. The headers are copied only when the request might
-    /// be sent again after this attempt reached its endpoint; otherwise they move.
-    fn upstream_request(
-        &mut self,
-        body: UpstreamBody,
-        connection: &Connection,
-    ) -> Request<UpstreamBody> {
+    /// Sends `outgoing` and waits for the response head.
+    async fn send(
+        &self,
+        connection: &mut Connection,
+        outgoing: Outgoing,
+    ) -> Result<Response<EndpointStream>, Exchanged> {
+        match (outgoing, &mut connection.sender) {
+            (Outgoing::Http1(http1, body), _) => match http1.send(&self.parts, body).await {
+                Ok(response) => Ok(response.map(EndpointStream::Http1)),
+                Err(Http1Failure::Unsent(body, error)) => Err(Exchanged::Unsent {
+                    body,
+                    headers: None,
+                    error: ProxyError::UpstreamFailed(error),
+                }),
+                Err(Http1Failure::Failed(error)) => Err(Exchanged::Failed(error)),
+            },
+            (Outgoing::Http2(request), Sender::Http2(sender)) => {
+                let response = sender.try_send_request(request).await;
+                sent(response).map(|response| response.map(EndpointStream::Http2))
+            }
+            (Outgoing::Http2(request), Sender::Http1(_)) => Err(Exchanged::Unsent {
+                body: request.into_body(),
+                headers: None,
+                error: ProxyError::BadRequest("an HTTP/2 request for an HTTP/1.1 connection"),
+            }),
+        }
+    }
+
+    /// What one attempt hands its connection: for HTTP/1.1 the connection itself and the
+    /// body (the head is written from the exchange's parts, so nothing is copied for a later
+    /// attempt), for HTTP/2 a request.
+    fn outgoing(&mut self, connection: &mut Connection, body: UpstreamBody) -> Outgoing {
+        let tls = connection.tls;
+        match &mut connection.sender {
+            Sender::Http1(slot) => match slot.take() {
+                Some(http1) => Outgoing::Http1(http1, body),
+                None => Outgoing::Http2(self.http2_request(body, tls)),
+            },
+            Sender::Http2(_) => Outgoing::Http2(self.http2_request(body, tls)),
+        }
+    }
+
+    /// The HTTP/2 request for one attempt: the prepared head (this hop's headers) with this
+    /// attempt's body. The headers are copied only when the request might be sent again after
+    /// this attempt reached its endpoint; otherwise they move.
+    fn http2_request(&mut self, body: UpstreamBody, tls: bool) -> Request<UpstreamBody> {
         let mut request = Request::new(body);
         *request.method_mut() = self.parts.method.clone();
         *request.uri_mut() = self.parts.uri.clone();
@@ -729,9 +786,7 @@ impl<'a> Exchange<'a> {
         } else {
             std::mem::take(&mut self.parts.headers)
         };
-        if connection.sender.is_http2() {
-            into_http2(&mut request, connection.tls);
-        }
+        into_http2(&mut request, tls);
         request
     }
 
@@ -775,39 +830,55 @@ fn admit(runtime: &Arc<EndpointRuntime>) -> Option<Option<TrialGuard>> {
     }
 }
 
-/// What hyper's answer to one send means.
+/// What hyper's answer to one HTTP/2 send means. (The error is as large as the async
+/// functions' that carry it back; boxing it would allocate on every failed send.)
+#[allow(clippy::result_large_err)]
 fn sent(
     result: Result<Response<Incoming>, TrySendError<Request<UpstreamBody>>>,
 ) -> Result<Response<Incoming>, Exchanged> {
     result.map_err(|mut error| match error.take_message() {
-        Some(request) => Exchanged::Unsent(
-            Box::new(request),
-            ProxyError::UpstreamFailed(error.into_error()),
-        ),
-        None => Exchanged::Failed(error.into_error()),
+        Some(request) => {
+            let (parts, body) = request.into_parts();
+            Exchanged::Unsent {
+                body,
+                headers: Some(Box::new(parts.headers)),
+                error: ProxyError::UpstreamFailed(error.into_error().into()),
+            }
+        }
+        None => Exchanged::Failed(error.into_error().into()),
     })
 }
 
 /// Whether a connection failed before any response arrived in a way that means the endpoint
 /// closed it: end of stream, reset or broken pipe.
-fn closed_before_response(error: &hyper::Error) -> bool {
+fn closed_before_response(error: &UpstreamError) -> bool {
+    let error = match error {
+        UpstreamError::ClosedBeforeResponse => return true,
+        UpstreamError::Io(io) => return closed_by_peer(io),
+        UpstreamError::Http2(error) => error,
+        _ => return false,
+    };
     if error.is_incomplete_message() || error.is_canceled() {
         return true;
     }
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::UnexpectedEof
-            );
+            return closed_by_peer(io);
         }
         source = cause.source();
     }
     false
+}
+
+fn closed_by_peer(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::UnexpectedEof
+    )
 }
 
 /// Whether the route's retry rules would ever send this request again after it reached an

@@ -6,6 +6,7 @@ pub(crate) mod budget;
 pub(crate) mod connect;
 pub(crate) mod hash_ring;
 pub(crate) mod health;
+pub(crate) mod http1;
 pub(crate) mod idle;
 pub(crate) mod outbound;
 pub(crate) mod pool;

@@ -5,15 +5,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::header::HeaderName;
-use http::{HeaderMap, Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2, TrySendError};
+use http::HeaderMap;
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::error::ProxyError;
 use crate::upstream::connect::{Opened, Wire};
+use crate::upstream::http1::Http1Connection;
 use crate::upstream::request_body::UpstreamBody;
 
 /// Idle connections kept per endpoint; more are closed when their response ends. As many as
@@ -26,42 +26,13 @@ const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 /// keep). hyper queues a stream beyond the peer's own limit rather than failing it.
 const MAX_STREAMS_PER_CONNECTION: usize = 100;
 
-/// The request side of one upstream connection: HTTP/1.1 (one request at a time) or HTTP/2
-/// (shared by many streams).
+/// The request side of one upstream connection: HTTP/1.1 (one request at a time, carried in
+/// the request's own task) or HTTP/2 (shared by many streams).
 pub(crate) enum Sender {
-    Http1(http1::SendRequest<UpstreamBody>),
+    /// `None` while a request is out on it: the connection travels with the response body
+    /// and comes back when that ends.
+    Http1(Option<Http1Connection>),
     Http2(http2::SendRequest<UpstreamBody>),
-}
-
-impl Sender {
-    /// Sends `request`; hands it back when the connection was not ready to take it.
-    pub(crate) async fn try_send(
-        &mut self,
-        request: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, TrySendError<Request<UpstreamBody>>> {
-        match self {
-            Self::Http1(sender) => sender.try_send_request(request).await,
-            Self::Http2(sender) => sender.try_send_request(request).await,
-        }
-    }
-
-    pub(crate) fn is_ready(&self) -> bool {
-        match self {
-            Self::Http1(sender) => sender.is_ready(),
-            Self::Http2(sender) => sender.is_ready(),
-        }
-    }
-
-    pub(crate) fn is_http2(&self) -> bool {
-        matches!(self, Self::Http2(_))
-    }
-
-    async fn ready(&mut self) -> hyper::Result<()> {
-        match self {
-            Self::Http1(sender) => sender.ready().await,
-            Self::Http2(sender) => sender.ready().await,
-        }
-    }
 }
 
 /// A connection ready to carry one request, tagged with the pool generation it belongs to.
@@ -78,13 +49,13 @@ pub(crate) struct Connection {
 }
 
 struct Idle {
-    sender: http1::SendRequest<UpstreamBody>,
+    connection: Http1Connection,
     generation: u64,
     expires: Instant,
 }
 
 /// Idle HTTP/1.1 connections, one list per data-plane worker ([`crate::worker`]): a
-/// connection's hyper task runs on the worker that opened it, so only that worker reuses it.
+/// connection's socket is registered with the worker that opened it, so only that worker reuses it.
 #[derive(Default)]
 struct IdleLists(Vec<Vec<Idle>>);
 
@@ -155,13 +126,13 @@ impl ConnectionPool {
         let now = Instant::now();
         let mut lists = self.idle_of(tls).lock().ok()?;
         let idle = lists.of_this_worker();
-        while let Some(candidate) = idle.pop() {
+        while let Some(mut candidate) = idle.pop() {
             let usable = candidate.generation == generation
                 && now < candidate.expires
-                && candidate.sender.is_ready();
+                && candidate.connection.is_open();
             if usable {
                 return Some(Connection {
-                    sender: Sender::Http1(candidate.sender),
+                    sender: Sender::Http1(Some(candidate.connection)),
                     generation,
                     reused: true,
                     tls,
@@ -252,7 +223,7 @@ impl ConnectionPool {
                     self.tls_chose_http1.store(true, Ordering::Relaxed);
                 }
                 Connection {
-                    sender: Sender::Http1(handshake_http1(io).await?),
+                    sender: Sender::Http1(Some(Http1Connection::new(io))),
                     generation,
                     reused: false,
                     tls,
@@ -288,14 +259,14 @@ impl ConnectionPool {
             return;
         }
         // A shared HTTP/2 connection stays in `shared`; its stream slot drops here.
-        let Sender::Http1(sender) = connection.sender else {
+        let Sender::Http1(Some(http1)) = connection.sender else {
             return;
         };
         if let Ok(mut lists) = self.idle_of(connection.tls).lock() {
             let idle = lists.of_this_worker();
             if idle.len() < MAX_IDLE {
                 idle.push(Idle {
-                    sender,
+                    connection: http1,
                     generation: connection.generation,
                     expires,
                 });
@@ -303,14 +274,13 @@ impl ConnectionPool {
         }
     }
 
-    /// Closes the idle connections that expired by `now` or that the endpoint closed: dropping
-    /// the last sender of an idle HTTP/1.1 connection makes hyper close it. Closed HTTP/2
-    /// connections are forgotten.
+    /// Closes the idle connections that expired by `now` or that the endpoint closed (an
+    /// HTTP/1.1 connection closes when dropped). Closed HTTP/2 connections are forgotten.
     pub(crate) fn reap(&self, now: Instant) {
         for idle in [&self.idle, &self.idle_tls] {
             if let Ok(mut lists) = idle.lock() {
                 for idle in &mut lists.0 {
-                    idle.retain(|entry| now < entry.expires && !entry.sender.is_closed());
+                    idle.retain_mut(|entry| now < entry.expires && entry.connection.is_open());
                 }
             }
         }
@@ -332,7 +302,7 @@ impl ConnectionPool {
     pub(crate) fn retire(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         for idle in [&self.idle, &self.idle_tls] {
-            // Dropping the last sender of an idle HTTP/1.1 connection makes hyper close it.
+            // An idle HTTP/1.1 connection closes when dropped.
             let closing = idle.lock().map(|mut idle| std::mem::take(&mut *idle));
             drop(closing);
         }
@@ -340,23 +310,6 @@ impl ConnectionPool {
             shared.clear();
         }
     }
-}
-
-async fn handshake_http1<T>(io: T) -> Result<http1::SendRequest<UpstreamBody>, ProxyError>
-where
-    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let (sender, connection) = http1::Builder::new()
-        .handshake(TokioIo::new(io))
-        .await
-        .map_err(ProxyError::UpstreamFailed)?;
-    tokio::spawn(async move {
-        // With upgrades: a 101 hands the connection to the WebSocket tunnel.
-        if let Err(error) = connection.with_upgrades().await {
-            tracing::debug!(%error, "upstream connection ended with an error");
-        }
-    });
-    Ok(sender)
 }
 
 async fn handshake_http2<T>(io: T) -> Result<http2::SendRequest<UpstreamBody>, ProxyError>
@@ -367,7 +320,7 @@ where
         .timer(TokioTimer::new())
         .handshake(TokioIo::new(io))
         .await
-        .map_err(ProxyError::UpstreamFailed)?;
+        .map_err(|error| ProxyError::UpstreamFailed(error.into()))?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "upstream HTTP/2 connection ended with an error");
@@ -397,30 +350,17 @@ impl Checkin {
         }
     }
 
-    /// The response body has ended: the connection goes back to its pool. hyper has almost
-    /// always made it ready for the next request by then; when it has not, a task waits for
-    /// it, so the response path never does.
-    pub(crate) fn response_ended(self) {
+    /// The response body has ended: an HTTP/1.1 connection the response left `reusable`
+    /// goes back to its pool (an HTTP/2 one stays shared and frees its stream).
+    pub(crate) fn response_ended(self, reusable: Option<Http1Connection>) {
         let Self {
             pool,
             mut connection,
             keep_for,
         } = self;
-        if connection.sender.is_http2() {
-            // Shared: its stream slot is released, and it stays in the pool.
-            return;
-        }
-        if connection.sender.is_ready() {
+        if let (Sender::Http1(slot), Some(reusable)) = (&mut connection.sender, reusable) {
+            *slot = Some(reusable);
             pool.keep(connection, Instant::now() + keep_for);
-            return;
-        }
-        // Outside a runtime (a body dropped after shutdown) the connection just closes.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if connection.sender.ready().await.is_ok() {
-                    pool.keep(connection, Instant::now() + keep_for);
-                }
-            });
         }
     }
 }
@@ -496,15 +436,6 @@ mod tests {
             runtime.block_on(async move {
                 let opened = worker_pool
                     .connect(&authority, &Wire::Http1, Duration::from_secs(5))
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
-                // hyper's connection task says it is ready once it first runs.
-                let ready = async {
-                    while !opened.sender.is_ready() {
-                        tokio::task::yield_now().await;
-                    }
-                };
-                tokio::time::timeout(Duration::from_secs(5), ready)
                     .await
                     .unwrap_or_else(|e| panic!("{e}"));
                 worker_pool.keep(opened, Instant::now() + Duration::from_secs(60));

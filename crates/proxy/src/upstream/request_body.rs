@@ -9,12 +9,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::request::Parts;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::error::ProxyError;
+use crate::error::{ProxyError, UpstreamError};
 use crate::upstream::idle::{poll_watched, IdleTimer, Watched};
 
 /// Request bodies up to this size are buffered so an attempt can be replayed on another endpoint.
@@ -23,7 +23,8 @@ pub const DEFAULT_REPLAY_LIMIT: usize = 64 * 1024;
 /// The body sent upstream: buffered (and so replayable, and sent at once with the head) or
 /// streamed from the client (its upload's progress watched).
 pub(crate) enum UpstreamBody {
-    Buffered(Full<Bytes>),
+    /// The whole body (`None` once it has been taken, or when it is empty).
+    Buffered(Option<Bytes>),
     Streamed {
         body: ClientBody,
         progress: Arc<UploadProgress>,
@@ -96,7 +97,9 @@ impl RequestBody {
     /// The body for the next attempt, or `None` when a streamed body was already sent.
     pub(crate) fn take(&mut self) -> Option<UpstreamBody> {
         match self {
-            Self::Replayable(bytes) => Some(UpstreamBody::Buffered(Full::new(bytes.clone()))),
+            Self::Replayable(bytes) => Some(UpstreamBody::Buffered(
+                Some(bytes.clone()).filter(|bytes| !bytes.is_empty()),
+            )),
             Self::Streaming(body) => Some(UpstreamBody::Streamed {
                 body: body.take()?,
                 progress: Arc::new(UploadProgress::new()),
@@ -132,7 +135,9 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let (body, progress) = match self.get_mut() {
-            Self::Buffered(full) => return Pin::new(full).poll_frame(cx).map_err(Into::into),
+            Self::Buffered(bytes) => {
+                return Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes))))
+            }
             Self::Streamed { body, progress } => (body, progress),
         };
         let poll = Pin::new(body).poll_frame(cx);
@@ -147,7 +152,7 @@ impl Body for UpstreamBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Self::Buffered(full) => full.is_end_stream(),
+            Self::Buffered(bytes) => bytes.is_none(),
             Self::Streamed { body, progress } => {
                 let end = body.is_end_stream();
                 if end {
@@ -160,7 +165,9 @@ impl Body for UpstreamBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            Self::Buffered(full) => full.size_hint(),
+            Self::Buffered(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
             Self::Streamed { body, .. } => body.size_hint(),
         }
     }
@@ -255,7 +262,10 @@ impl ClientBodyError {
     }
 
     /// The body error behind a failed upstream exchange, if the request body caused it.
-    pub(crate) fn find(error: &hyper::Error) -> Option<&Self> {
+    pub(crate) fn find(error: &UpstreamError) -> Option<&Self> {
+        if let UpstreamError::RequestBody(cause) = error {
+            return cause.downcast_ref::<Self>();
+        }
         let mut source = std::error::Error::source(error);
         while let Some(cause) = source {
             if let Some(found) = cause.downcast_ref::<Self>() {

@@ -9,9 +9,10 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::error::ResponseBodyError;
+use crate::error::{ResponseBodyError, UpstreamError};
 use crate::telemetry::completion::Completion;
 use crate::upstream::health::InFlight;
+use crate::upstream::http1::{Http1Body, Http1Connection};
 use crate::upstream::idle::{poll_watched, IdleTimer, Watched};
 use crate::upstream::pool::Checkin;
 use crate::upstream::retry_buffer::HeldBytes;
@@ -27,7 +28,7 @@ pub(crate) enum EndpointBody {
 /// until the body ends or the client goes away, and the body fails when the endpoint stalls
 /// between chunks.
 pub(crate) struct StreamingBody {
-    inner: Incoming,
+    inner: EndpointStream,
     idle: IdleTimer,
     in_flight: Option<InFlight>,
     /// The upstream connection, returned to its pool once the body has ended.
@@ -37,7 +38,7 @@ pub(crate) struct StreamingBody {
 
 impl StreamingBody {
     pub(crate) fn new(
-        inner: Incoming,
+        inner: EndpointStream,
         in_flight: InFlight,
         idle: Duration,
         checkin: Checkin,
@@ -51,11 +52,15 @@ impl StreamingBody {
         }
     }
 
-    /// The endpoint's load, for a connection that became a tunnel: it never goes back to
-    /// the pool.
-    pub(crate) fn into_tunnel(mut self) -> Option<InFlight> {
+    /// The endpoint's load and its connection, for a connection that switched protocols: it
+    /// never goes back to the pool.
+    pub(crate) fn into_tunnel(mut self) -> Option<(InFlight, Http1Connection)> {
         self.checkin = None;
-        self.in_flight.take()
+        let connection = match std::mem::replace(&mut self.inner, EndpointStream::Taken) {
+            EndpointStream::Http1(body) => body.into_upgraded()?,
+            _ => return None,
+        };
+        Some((self.in_flight.take()?, connection))
     }
 
     /// Reads the rest of the body within the idle timeout, holding it under `reservation`.
@@ -117,13 +122,66 @@ impl StreamingBody {
 }
 
 /// A body read to its end gives its connection back; one dropped half-way takes its
-/// connection with it (hyper closes a connection whose response was not read).
+/// connection with it (a connection whose response was not read to its end is closed).
 impl Drop for StreamingBody {
     fn drop(&mut self) {
         if self.ended || self.inner.is_end_stream() {
             if let Some(checkin) = self.checkin.take() {
-                checkin.response_ended();
+                let inner = std::mem::replace(&mut self.inner, EndpointStream::Taken);
+                checkin.response_ended(inner.into_reusable());
             }
+        }
+    }
+}
+
+/// An endpoint's response body as its connection delivers it: read by sluice's own HTTP/1.1
+/// client, or by hyper's HTTP/2 client.
+pub(crate) enum EndpointStream {
+    Http1(Http1Body),
+    Http2(Incoming),
+    /// Its connection was handed on (to the pool or a tunnel).
+    Taken,
+}
+
+impl EndpointStream {
+    /// The HTTP/1.1 connection, when the body has ended and the connection may carry another
+    /// request.
+    fn into_reusable(self) -> Option<Http1Connection> {
+        match self {
+            Self::Http1(body) => body.into_reusable(),
+            _ => None,
+        }
+    }
+}
+
+impl Body for EndpointStream {
+    type Data = Bytes;
+    type Error = UpstreamError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
+        match self.get_mut() {
+            Self::Http1(body) => Pin::new(body).poll_frame(cx),
+            Self::Http2(body) => Pin::new(body).poll_frame(cx).map_err(UpstreamError::Http2),
+            Self::Taken => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Http1(body) => body.is_end_stream(),
+            Self::Http2(body) => body.is_end_stream(),
+            Self::Taken => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Http1(body) => body.size_hint(),
+            Self::Http2(body) => body.size_hint(),
+            Self::Taken => SizeHint::with_exact(0),
         }
     }
 }

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::shutdown::ShutdownSignal;
 use crate::upstream::health::InFlight;
+use crate::upstream::http1::Http1Connection;
 
 /// The protocol an HTTP/1.1 request asks to switch to (`Connection: upgrade` with `Upgrade`),
 /// if it asks for WebSocket. Any other protocol is not passed on: `Upgrade: h2c` to a pod
@@ -144,7 +145,12 @@ impl Tunnels {
 
     /// Joins the client's connection and the endpoint's, once both have switched protocols,
     /// keeping the endpoint's load until the tunnel ends.
-    pub(crate) fn open(&self, client: ClientUpgrade, endpoint: OnUpgrade, in_flight: InFlight) {
+    pub(crate) fn open(
+        &self,
+        client: ClientUpgrade,
+        endpoint: Http1Connection,
+        in_flight: InFlight,
+    ) {
         tokio::spawn(tunnel(
             client.on_upgrade,
             endpoint,
@@ -156,18 +162,18 @@ impl Tunnels {
     }
 }
 
-/// Joins the client's and the endpoint's upgraded connections once both switched, keeping
+/// Joins the client's upgraded connection, once it has switched, to the endpoint's, keeping
 /// the endpoint's in-flight count until the tunnel ends.
 pub(crate) async fn tunnel(
     client: OnUpgrade,
-    endpoint: OnUpgrade,
+    endpoint: Http1Connection,
     in_flight: InFlight,
     idle_timeout: Duration,
     shutdown: Option<TunnelShutdown>,
     guard: TunnelGuard,
 ) {
-    let (client, endpoint) = match tokio::try_join!(client, endpoint) {
-        Ok(both) => both,
+    let client = match client.await {
+        Ok(client) => client,
         Err(error) => {
             tracing::debug!(%error, "an upgrade did not complete");
             return;
@@ -175,7 +181,7 @@ pub(crate) async fn tunnel(
     };
     let activity = Arc::new(Activity::new());
     let mut client = Tracked::new(TokioIo::new(client), activity.clone());
-    let mut endpoint = Tracked::new(TokioIo::new(endpoint), activity.clone());
+    let mut endpoint = Tracked::new(endpoint, activity.clone());
     let copy = tokio::io::copy_bidirectional(&mut client, &mut endpoint);
     tokio::pin!(copy);
     let stopping = async {
