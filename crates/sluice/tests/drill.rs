@@ -103,8 +103,10 @@ fn no_get_is_lost_when_pods_crash_mid_response_in_endpoints_or_fallback_mode() {
         );
         assert_eq!(report["termination"], "crash");
     }
-    // The control: without the response retry buffer, crashes truncate responses (about two
-    // per crash at this load; ten crashes).
+    // The control: without the response retry buffer, crashes cut responses off (about two
+    // per crash at this load; ten crashes). A crash just after the response head can reach
+    // the client before the head does: the client then sees its connection reset instead of
+    // a truncated body.
     let (_, report) = drill(&[
         "--pods",
         "5",
@@ -122,8 +124,11 @@ fn no_get_is_lost_when_pods_crash_mid_response_in_endpoints_or_fallback_mode() {
         "0",
     ]);
     assert!(count(&report, "failed") > 0, "{report}");
+    let cut = |kind: &str| report["failures"][kind].as_u64().unwrap_or(0);
+    assert!(cut("truncated") > 0, "{report}");
     assert_eq!(
-        report["failures"]["truncated"], report["failed"],
+        cut("truncated") + cut("reset"),
+        count(&report, "failed"),
         "{report}"
     );
 }
