@@ -44,7 +44,7 @@ use http::header::HeaderName;
 use http::request::Parts;
 use http::{Method, Request, Response, Version};
 use hyper::body::Incoming;
-use hyper::client::conn::TrySendError;
+use hyper::client::conn::{http2, TrySendError};
 use sluice_routing::{Backend, BackendMode, Endpoint, EndpointSet, RoutePolicy};
 
 use crate::error::{ProxyError, UpstreamError};
@@ -120,9 +120,12 @@ enum Exchanged {
 /// One attempt's request as its connection takes it: the HTTP/1.1 connection itself with the
 /// body (the head is written from the exchange's parts), or a request for a shared HTTP/2
 /// connection.
-enum Outgoing {
+enum Outgoing<'c> {
     Http1(Http1Connection, UpstreamBody),
-    Http2(Request<UpstreamBody>),
+    Http2(
+        &'c mut http2::SendRequest<UpstreamBody>,
+        Request<UpstreamBody>,
+    ),
 }
 
 /// The next endpoint to try.
@@ -478,12 +481,13 @@ impl<'a> Exchange<'a> {
                 )));
             };
             let progress = body.progress();
-            let outgoing = self.outgoing(&mut connection, body);
+            let Some(outgoing) = self.outgoing(&mut connection, body) else {
+                return Err(Failure::NotSent(ProxyError::BadRequest(
+                    "the connection's last request is still out",
+                )));
+            };
             let sent = Instant::now();
-            match self
-                .exchange(&mut connection, outgoing, progress.as_deref())
-                .await
-            {
+            match self.exchange(outgoing, progress.as_deref()).await {
                 Ok(response) => {
                     let now = Instant::now();
                     runtime.stats.record_latency(now - sent, now);
@@ -609,15 +613,14 @@ impl<'a> Exchange<'a> {
                 .has_retry(Instant::now())
     }
 
-    /// Sends one request on `connection`: first the body, watching for an endpoint that stops
-    /// taking it, then the wait for response headers under the per-try timeout.
+    /// Sends one request on its connection: first the body, watching for an endpoint that
+    /// stops taking it, then the wait for response headers under the per-try timeout.
     async fn exchange(
         &self,
-        connection: &mut Connection,
-        outgoing: Outgoing,
+        outgoing: Outgoing<'_>,
         progress: Option<&UploadProgress>,
     ) -> Result<Response<EndpointStream>, Exchanged> {
-        let send = self.send(connection, outgoing);
+        let send = self.send(outgoing);
         tokio::pin!(send);
         let idle = self.settings.body_idle_timeout;
         let send_idle = self.policy.timeouts.send.unwrap_or(idle);
@@ -732,13 +735,9 @@ impl<'a> Exchange<'a> {
     }
 
     /// Sends `outgoing` and waits for the response head.
-    async fn send(
-        &self,
-        connection: &mut Connection,
-        outgoing: Outgoing,
-    ) -> Result<Response<EndpointStream>, Exchanged> {
-        match (outgoing, &mut connection.sender) {
-            (Outgoing::Http1(http1, body), _) => match http1.send(&self.parts, body).await {
+    async fn send(&self, outgoing: Outgoing<'_>) -> Result<Response<EndpointStream>, Exchanged> {
+        match outgoing {
+            Outgoing::Http1(http1, body) => match http1.send(&self.parts, body).await {
                 Ok(response) => Ok(response.map(EndpointStream::Http1)),
                 Err(Http1Failure::Unsent(body, error)) => Err(Exchanged::Unsent {
                     body,
@@ -747,30 +746,28 @@ impl<'a> Exchange<'a> {
                 }),
                 Err(Http1Failure::Failed(error)) => Err(Exchanged::Failed(error)),
             },
-            (Outgoing::Http2(request), Sender::Http2(sender)) => {
+            Outgoing::Http2(sender, request) => {
                 let response = sender.try_send_request(request).await;
                 sent(response).map(|response| response.map(EndpointStream::Http2))
             }
-            (Outgoing::Http2(request), Sender::Http1(_)) => Err(Exchanged::Unsent {
-                body: request.into_body(),
-                headers: None,
-                error: ProxyError::BadRequest("an HTTP/2 request for an HTTP/1.1 connection"),
-            }),
         }
     }
 
     /// What one attempt hands its connection: for HTTP/1.1 the connection itself and the
     /// body (the head is written from the exchange's parts, so nothing is copied for a later
     /// attempt), for HTTP/2 a request.
-    fn outgoing(&mut self, connection: &mut Connection, body: UpstreamBody) -> Outgoing {
+    /// `None` when an HTTP/1.1 connection's previous request is still out (never, as the
+    /// attempts use connections).
+    fn outgoing<'c>(
+        &mut self,
+        connection: &'c mut Connection,
+        body: UpstreamBody,
+    ) -> Option<Outgoing<'c>> {
         let tls = connection.tls;
-        match &mut connection.sender {
-            Sender::Http1(slot) => match slot.take() {
-                Some(http1) => Outgoing::Http1(http1, body),
-                None => Outgoing::Http2(self.http2_request(body, tls)),
-            },
-            Sender::Http2(_) => Outgoing::Http2(self.http2_request(body, tls)),
-        }
+        Some(match &mut connection.sender {
+            Sender::Http1(slot) => Outgoing::Http1(slot.take()?, body),
+            Sender::Http2(sender) => Outgoing::Http2(sender, self.http2_request(body, tls)),
+        })
     }
 
     /// The HTTP/2 request for one attempt: the prepared head (this hop's headers) with this

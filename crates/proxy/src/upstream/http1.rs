@@ -123,13 +123,16 @@ impl Http1Connection {
         body: Option<Bytes>,
         framing: &RequestFraming,
     ) -> Result<(), Http1Failure> {
-        let body = body.filter(|_| framing.sends_body());
+        let body = body
+            .filter(|_| framing.sends_body())
+            .map(|body| framing.within_length(body));
+        let last_chunk: &[u8] = if framing.chunked { b"0\r\n\r\n" } else { b"" };
         let rest = match body {
             Some(body) if body.len() <= INLINE_BODY => {
-                write_chunk(&mut head, &body, framing);
-                if framing.chunked {
-                    head.extend_from_slice(b"0\r\n\r\n");
-                }
+                head.extend_from_slice(&framing.size_line(body.len()));
+                head.extend_from_slice(&body);
+                head.extend_from_slice(framing.chunk_end());
+                head.extend_from_slice(last_chunk);
                 None
             }
             body => body,
@@ -143,17 +146,9 @@ impl Http1Connection {
         let failed = |error| Http1Failure::Failed(UpstreamError::Io(error));
         self.io.write_all(&head[written..]).await.map_err(failed)?;
         if let Some(body) = rest {
-            let mut framed = BytesMut::new();
-            if framing.chunked {
-                let _ = write!(framed, "{:X}\r\n", body.len());
-            }
-            let mut out = framed.freeze().chain(body);
-            if framing.chunked {
-                let mut out = out.chain(&b"\r\n0\r\n\r\n"[..]);
-                self.io.write_all_buf(&mut out).await.map_err(failed)?;
-            } else {
-                self.io.write_all_buf(&mut out).await.map_err(failed)?;
-            }
+            write_framed(&mut self.io, body, framing, last_chunk)
+                .await
+                .map_err(failed)?;
         }
         self.io.flush().await.map_err(failed)
     }
@@ -190,7 +185,7 @@ impl Http1Connection {
         let uploaded = {
             let upload = upload(&mut writer, body, framing);
             tokio::pin!(upload);
-            let early = read_head_from(&mut reader, &mut self.read, framing.method());
+            let early = read_head_from(&mut reader, &mut self.read, &framing.method);
             tokio::pin!(early);
             tokio::select! {
                 biased;
@@ -203,7 +198,7 @@ impl Http1Connection {
             Err(error @ UpstreamError::RequestBody(_)) => Err(Http1Failure::Failed(error)),
             // The endpoint stopped taking the body: it may have answered before it did.
             Err(error) => {
-                match read_head_from(&mut reader, &mut self.read, framing.method()).await {
+                match read_head_from(&mut reader, &mut self.read, &framing.method).await {
                     Ok(parsed) => Ok(Some(parsed)),
                     Err(_) => Err(Http1Failure::Failed(error)),
                 }
@@ -212,7 +207,7 @@ impl Http1Connection {
     }
 
     async fn read_head(&mut self, method: &Method) -> Result<ParsedHead, UpstreamError> {
-        read_head_from(&mut self.io, &mut self.read, method.clone()).await
+        read_head_from(&mut self.io, &mut self.read, method).await
     }
 
     /// Reads more of the stream into the read buffer, asking for about `wanted` bytes.
@@ -226,12 +221,12 @@ impl Http1Connection {
 async fn read_head_from<R: AsyncRead + Unpin>(
     io: &mut R,
     buffer: &mut BytesMut,
-    method: Method,
+    method: &Method,
 ) -> Result<ParsedHead, UpstreamError> {
     let mut received_any = !buffer.is_empty();
     loop {
         if !buffer.is_empty() {
-            if let Some(parsed) = parse_head(buffer, &method)? {
+            if let Some(parsed) = parse_head(buffer, method)? {
                 return Ok(parsed);
             }
         }
@@ -280,15 +275,7 @@ async fn upload<W: AsyncWrite + Unpin>(
                     data.truncate(usize::try_from(*left).unwrap_or(usize::MAX));
                     *left -= data.len() as u64;
                 }
-                let mut framed = BytesMut::new();
-                if framing.chunked {
-                    let _ = write!(framed, "{:X}\r\n", data.len());
-                    let mut out = framed.freeze().chain(data).chain(&b"\r\n"[..]);
-                    writer.write_all_buf(&mut out).await.map_err(io)?;
-                } else {
-                    let mut out = data;
-                    writer.write_all_buf(&mut out).await.map_err(io)?;
-                }
+                write_framed(writer, data, framing, b"").await.map_err(io)?;
                 continue;
             }
             Err(frame) => frame,
@@ -340,7 +327,6 @@ impl RequestFraming {
         };
         if body.is_end_stream() {
             // No body: any `Transfer-Encoding` goes (hyper keeps a `Content-Length`).
-            framing.drop_length = false;
             return framing;
         }
         let declared = content_length(headers);
@@ -381,8 +367,28 @@ impl RequestFraming {
         self.chunked || self.length.is_some_and(|length| length > 0)
     }
 
-    fn method(&self) -> Method {
-        self.method.clone()
+    /// A whole body cut to the declared length (as hyper sends no more than it).
+    fn within_length(&self, mut body: Bytes) -> Bytes {
+        if let Some(length) = self.length {
+            body.truncate(usize::try_from(length).unwrap_or(usize::MAX));
+        }
+        body
+    }
+
+    /// What goes before `length` bytes of body: a chunk-size line when chunked.
+    fn size_line(&self, length: usize) -> Bytes {
+        match self.chunked {
+            true => Bytes::from(format!("{length:X}\r\n")),
+            false => Bytes::new(),
+        }
+    }
+
+    /// What goes after a piece of body: a chunk's CRLF when chunked.
+    fn chunk_end(&self) -> &'static [u8] {
+        match self.chunked {
+            true => b"\r\n",
+            false => b"",
+        }
     }
 }
 
@@ -426,22 +432,20 @@ fn write_head(head: &mut BytesMut, parts: &Parts, framing: &RequestFraming) {
     head.extend_from_slice(b"\r\n");
 }
 
-/// Appends one body chunk in the request's framing.
-fn write_chunk(out: &mut BytesMut, data: &[u8], framing: &RequestFraming) {
-    if data.is_empty() {
-        return;
-    }
-    if framing.chunked {
-        let _ = write!(out, "{:X}\r\n", data.len());
-        out.extend_from_slice(data);
-        out.extend_from_slice(b"\r\n");
-    } else {
-        let length = framing
-            .length
-            .and_then(|length| usize::try_from(length).ok())
-            .unwrap_or(data.len());
-        out.extend_from_slice(&data[..length.min(data.len())]);
-    }
+/// Writes one piece of body in the request's framing (its own chunk when chunked), then
+/// `end`, in one vectored write where the socket takes it.
+async fn write_framed<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    data: Bytes,
+    framing: &RequestFraming,
+    end: &'static [u8],
+) -> io::Result<()> {
+    let mut out = framing
+        .size_line(data.len())
+        .chain(data)
+        .chain(framing.chunk_end())
+        .chain(end);
+    writer.write_all_buf(&mut out).await
 }
 
 /// The trailer fields `allowed` names, leaving out those no trailer may carry.

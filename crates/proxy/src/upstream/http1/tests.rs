@@ -44,6 +44,47 @@ async fn received(server: &mut TcpStream, expected_len: usize) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// What a raw endpoint does with one request: reads `request_len` bytes of it, answers
+/// `answer` in pieces of `split` bytes, and closes the connection when `close`.
+struct Endpoint<'a> {
+    request_len: usize,
+    answer: &'a [u8],
+    split: usize,
+    close: bool,
+}
+
+/// What the endpoint received, the client's result, and the endpoint's socket when it stays
+/// open.
+type Exchanged = (
+    String,
+    Result<Response<Http1Body>, Http1Failure>,
+    Option<TcpStream>,
+);
+
+/// Sends `head` with `body` to a raw endpoint that behaves as `endpoint` says.
+async fn exchange(head: &Parts, body: UpstreamBody, endpoint: Endpoint<'_>) -> Exchanged {
+    let (connection, mut server) = pair().await;
+    let serve = async move {
+        let got = received(&mut server, endpoint.request_len).await;
+        for piece in endpoint.answer.chunks(endpoint.split.max(1)) {
+            server
+                .write_all(piece)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            server.flush().await.unwrap_or_else(|e| panic!("{e}"));
+            tokio::task::yield_now().await;
+        }
+        // A closing endpoint hangs up here, while the client may still wait for more.
+        (got, (!endpoint.close).then_some(server))
+    };
+    let ((got, server), response) = tokio::join!(serve, connection.send(head, body));
+    (got, response, server)
+}
+
+fn answered(response: Result<Response<Http1Body>, Http1Failure>) -> Response<Http1Body> {
+    response.unwrap_or_else(|_| panic!("the exchange failed"))
+}
+
 async fn collect(body: Http1Body) -> (Bytes, Option<HeaderMap>, Http1Body) {
     let mut body = body;
     let mut data = BytesMut::new();
@@ -58,25 +99,27 @@ async fn collect(body: Http1Body) -> (Bytes, Option<HeaderMap>, Http1Body) {
     (data.freeze(), trailers, body)
 }
 
+const BARE_GET: &str = "GET / HTTP/1.1\r\n\r\n";
+
+/// An endpoint that reads `request_len` bytes and answers `answer` in one piece.
+fn answering(request_len: usize, answer: &[u8], close: bool) -> Endpoint<'_> {
+    Endpoint {
+        request_len,
+        answer,
+        split: answer.len(),
+        close,
+    }
+}
+
 #[tokio::test]
 async fn a_get_goes_out_as_its_head_and_a_sized_answer_leaves_the_connection_reusable() {
-    let (connection, mut server) = pair().await;
     let head = parts("GET", "/a?b=1", &[("host", "example.com"), ("x-two", "1")]);
     let expected = "GET /a?b=1 HTTP/1.1\r\nhost: example.com\r\nx-two: 1\r\n\r\n";
-    let endpoint = async {
-        let got = received(&mut server, expected.len()).await;
-        server
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        got
-    };
-    let (sent, response) = tokio::join!(
-        endpoint,
-        connection.send(&head, UpstreamBody::Buffered(None))
-    );
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+    let endpoint = answering(expected.len(), answer, false);
+    let (sent, response, server) = exchange(&head, UpstreamBody::Buffered(None), endpoint).await;
     assert_eq!(sent, expected);
-    let response = response.unwrap_or_else(|_| panic!("the exchange failed"));
+    let response = answered(response);
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["content-length"], "5");
     let (data, trailers, body) = collect(response.into_body()).await;
@@ -93,21 +136,13 @@ async fn a_get_goes_out_as_its_head_and_a_sized_answer_leaves_the_connection_reu
 
 #[tokio::test]
 async fn a_buffered_body_without_a_length_gets_one_and_goes_in_the_heads_write() {
-    let (connection, mut server) = pair().await;
     let head = parts("POST", "/submit", &[("host", "h")]);
     let expected = "POST /submit HTTP/1.1\r\nhost: h\r\ncontent-length: 4\r\n\r\nping";
-    let endpoint = async {
-        let got = received(&mut server, expected.len()).await;
-        server
-            .write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        got
-    };
+    let endpoint = answering(expected.len(), b"HTTP/1.1 204 No Content\r\n\r\n", false);
     let body = UpstreamBody::Buffered(Some(Bytes::from_static(b"ping")));
-    let (sent, response) = tokio::join!(endpoint, connection.send(&head, body));
+    let (sent, response, _server) = exchange(&head, body, endpoint).await;
     assert_eq!(sent, expected);
-    let response = response.unwrap_or_else(|_| panic!("the exchange failed"));
+    let response = answered(response);
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     assert!(response.body().is_end_stream());
     assert!(response.into_body().into_reusable().is_some());
@@ -115,7 +150,6 @@ async fn a_buffered_body_without_a_length_gets_one_and_goes_in_the_heads_write()
 
 #[tokio::test]
 async fn a_transfer_coding_not_ending_in_chunked_gets_chunked_and_loses_its_length() {
-    let (connection, mut server) = pair().await;
     let head = parts(
         "PUT",
         "/x",
@@ -123,16 +157,10 @@ async fn a_transfer_coding_not_ending_in_chunked_gets_chunked_and_loses_its_leng
     );
     let expected =
         "PUT /x HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
-    let endpoint = async {
-        let got = received(&mut server, expected.len()).await;
-        server
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        got
-    };
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
     let body = UpstreamBody::Buffered(Some(Bytes::from_static(b"abc")));
-    let (sent, response) = tokio::join!(endpoint, connection.send(&head, body));
+    let (sent, response, _server) =
+        exchange(&head, body, answering(expected.len(), answer, false)).await;
     assert_eq!(sent, expected);
     assert!(response.is_ok());
 }
@@ -141,30 +169,19 @@ async fn a_transfer_coding_not_ending_in_chunked_gets_chunked_and_loses_its_leng
 async fn a_chunked_answer_split_anywhere_decodes_with_its_trailers_after_skipped_1xx() {
     let answer: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 Fine Thanks\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n1A \r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nx-checksum: 42\r\n\r\n";
     for split in [1usize, 2, 7, 31, 64, answer.len()] {
-        let (connection, mut server) = pair().await;
+        let endpoint = Endpoint {
+            request_len: BARE_GET.len(),
+            answer,
+            split,
+            close: false,
+        };
         let head = parts("GET", "/", &[]);
-        let endpoint = async {
-            let _ = received(&mut server, "GET / HTTP/1.1\r\n\r\n".len()).await;
-            for piece in answer.chunks(split) {
-                server
-                    .write_all(piece)
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
-                server.flush().await.unwrap_or_else(|e| panic!("{e}"));
-                tokio::task::yield_now().await;
-            }
-        };
-        let client = async {
-            let response = connection
-                .send(&head, UpstreamBody::Buffered(None))
-                .await
-                .unwrap_or_else(|_| panic!("the exchange failed"));
-            assert_eq!(response.status(), StatusCode::OK);
-            let reason = response.extensions().get::<hyper::ext::ReasonPhrase>();
-            assert_eq!(reason.map(|r| r.as_bytes()), Some(&b"Fine Thanks"[..]));
-            collect(response.into_body()).await
-        };
-        let ((data, trailers, body), ()) = tokio::join!(client, endpoint);
+        let (_, response, _server) = exchange(&head, UpstreamBody::Buffered(None), endpoint).await;
+        let response = answered(response);
+        assert_eq!(response.status(), StatusCode::OK);
+        let reason = response.extensions().get::<hyper::ext::ReasonPhrase>();
+        assert_eq!(reason.map(|r| r.as_bytes()), Some(&b"Fine Thanks"[..]));
+        let (data, trailers, body) = collect(response.into_body()).await;
         assert_eq!(
             &data[..],
             b"helloabcdefghijklmnopqrstuvwxyz",
@@ -178,22 +195,14 @@ async fn a_chunked_answer_split_anywhere_decodes_with_its_trailers_after_skipped
 
 #[tokio::test]
 async fn a_body_ended_by_close_is_read_to_the_end_and_the_connection_is_not_reused() {
-    let (connection, mut server) = pair().await;
     let head = parts("GET", "/", &[]);
-    let endpoint = async {
-        let _ = received(&mut server, "GET / HTTP/1.1\r\n\r\n".len()).await;
-        server
-            .write_all(b"HTTP/1.0 200 OK\r\n\r\nuntil the end")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        drop(server);
-    };
-    let (response, ()) = tokio::join!(
-        connection.send(&head, UpstreamBody::Buffered(None)),
-        endpoint
+    let endpoint = answering(
+        BARE_GET.len(),
+        b"HTTP/1.0 200 OK\r\n\r\nuntil the end",
+        true,
     );
-    let response = response.unwrap_or_else(|_| panic!("the exchange failed"));
-    let (data, _, body) = collect(response.into_body()).await;
+    let (_, response, _) = exchange(&head, UpstreamBody::Buffered(None), endpoint).await;
+    let (data, _, body) = collect(answered(response).into_body()).await;
     assert_eq!(&data[..], b"until the end");
     assert!(body.into_reusable().is_none());
 }
@@ -216,20 +225,9 @@ async fn malformed_answers_fail_and_a_silent_close_is_a_close_before_the_respons
         (b"", "closed"),
     ];
     for (answer, expected) in cases {
-        let (connection, mut server) = pair().await;
         let head = parts("GET", "/", &[]);
-        let endpoint = async {
-            let _ = received(&mut server, "GET / HTTP/1.1\r\n\r\n".len()).await;
-            server
-                .write_all(answer)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-            drop(server);
-        };
-        let (response, ()) = tokio::join!(
-            connection.send(&head, UpstreamBody::Buffered(None)),
-            endpoint
-        );
+        let endpoint = answering(BARE_GET.len(), answer, true);
+        let (_, response, _) = exchange(&head, UpstreamBody::Buffered(None), endpoint).await;
         let error = match response {
             Err(Http1Failure::Failed(error)) => error,
             Err(Http1Failure::Unsent(_, error)) => error,
