@@ -57,3 +57,105 @@ async fn streams_100_mb_each_way_without_buffering() {
         peak / (1024 * 1024)
     );
 }
+
+/// What an endpoint that answers uploads early received, one entry per connection.
+type Connections = std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// An endpoint that answers `200 ok` as soon as a request head has arrived, without reading
+/// the body (as nginx's `return` does), and records every byte each connection brings.
+async fn early_answering_endpoint(ip: std::net::IpAddr) -> (std::net::SocketAddr, Connections) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Connections::default();
+    let record = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let index = {
+                    let mut all = record.lock().unwrap();
+                    all.push(Vec::new());
+                    all.len() - 1
+                };
+                let mut answered = 0;
+                let mut buffer = [0u8; 16384];
+                while let Ok(read) = stream.read(&mut buffer).await {
+                    if read == 0 {
+                        break;
+                    }
+                    let heads = {
+                        let mut all = record.lock().unwrap();
+                        all[index].extend_from_slice(&buffer[..read]);
+                        all[index].windows(4).filter(|w| w == b"\r\n\r\n").count()
+                    };
+                    for _ in answered..heads {
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                    answered = answered.max(heads);
+                }
+            });
+        }
+    });
+    (addr, connections)
+}
+
+/// An endpoint that answers an upload before taking its body would read the next request on
+/// that connection as the rest of the body: the connection must not carry another request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_before_the_upload_has_gone_ends_the_endpoint_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (addr, connections) = early_answering_endpoint(pod_ip(92)).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_catch_all(dir.path(), "early", &[addr]);
+    // One worker: one pool, which the next request would take the connection from.
+    let sluice = Sluice::start(dir.path(), &["--workers", "1"]).await;
+
+    // A streamed upload: the head and a first piece, the rest only after the answer.
+    let length = 1_000_000;
+    let mut client = tokio::net::TcpStream::connect(sluice.listen).await.unwrap();
+    let head =
+        format!("POST /upload HTTP/1.1\r\nhost: early.test\r\ncontent-length: {length}\r\n\r\n");
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(&vec![b'x'; 1000]).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !answer.ends_with(b"\r\n\r\nok") {
+        let read = client.read(&mut buffer).await.unwrap();
+        assert!(read > 0, "sluice closed before the answer: {answer:?}");
+        answer.extend_from_slice(&buffer[..read]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    let _ = client.write_all(&vec![b'x'; length - 1000]).await;
+    drop(client);
+
+    // The next request must reach the endpoint on a connection of its own.
+    let response = sluice_testkit::send(
+        &http_client(),
+        http::Method::GET,
+        &sluice.url("/next"),
+        "early.test",
+        &[],
+        bytes::Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status, 200);
+    let connections = connections.lock().unwrap().clone();
+    for (index, bytes) in connections.iter().enumerate() {
+        let text = String::from_utf8_lossy(bytes);
+        let requests = text.matches(" HTTP/1.1\r\n").count();
+        assert_eq!(
+            requests, 1,
+            "connection {index} carried {requests} requests: {text:.200}"
+        );
+    }
+    let gets = connections
+        .iter()
+        .filter(|bytes| bytes.starts_with(b"GET /next "))
+        .count();
+    assert_eq!(gets, 1, "the GET must open a connection of its own");
+}

@@ -190,7 +190,13 @@ impl Http1Connection {
             tokio::select! {
                 biased;
                 uploaded = &mut upload => uploaded,
-                early = &mut early => return early.map(Some).map_err(Http1Failure::Failed),
+                // The body stops here, so the endpoint would read what follows on this
+                // connection as the rest of it: the connection ends with this response.
+                early = &mut early => {
+                    return early
+                        .map(|parsed| Some(parsed.closing()))
+                        .map_err(Http1Failure::Failed)
+                }
             }
         };
         match uploaded {
@@ -199,7 +205,7 @@ impl Http1Connection {
             // The endpoint stopped taking the body: it may have answered before it did.
             Err(error) => {
                 match read_head_from(&mut reader, &mut self.read, &framing.method).await {
-                    Ok(parsed) => Ok(Some(parsed)),
+                    Ok(parsed) => Ok(Some(parsed.closing())),
                     Err(_) => Err(Http1Failure::Failed(error)),
                 }
             }
@@ -533,6 +539,13 @@ struct ParsedHead {
 }
 
 impl ParsedHead {
+    /// This head with its connection not reused after the response: the request's body did
+    /// not all go out.
+    fn closing(mut self) -> Self {
+        self.keep_alive = false;
+        self
+    }
+
     fn into_response(self, connection: Http1Connection) -> Response<Http1Body> {
         let reusable = self.keep_alive
             && !matches!(
