@@ -103,15 +103,17 @@ async fn early_answering_endpoint(ip: std::net::IpAddr) -> (std::net::SocketAddr
     (addr, connections)
 }
 
-/// An endpoint that answers an upload before taking its body would read the next request on
-/// that connection as the rest of the body: the connection must not carry another request.
+/// An endpoint that answers an upload before it has read the body (nginx's `return`) gets
+/// the whole body all the same, and nothing else in it: the client's upload is taken whole,
+/// its connection carries its next request, and a request after it on the endpoint's
+/// connection starts where the body ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_before_the_upload_has_gone_ends_the_endpoint_connection() {
+async fn an_answer_before_the_upload_has_gone_still_gets_the_whole_body_and_nothing_more() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (addr, connections) = early_answering_endpoint(pod_ip(92)).await;
     let dir = tempfile::tempdir().unwrap();
     write_catch_all(dir.path(), "early", &[addr]);
-    // One worker: one pool, which the next request would take the connection from.
+    // One worker: one pool, which the next request takes the connection from.
     let sluice = Sluice::start(dir.path(), &["--workers", "1"]).await;
 
     // A streamed upload: the head and a first piece, the rest only after the answer.
@@ -121,41 +123,71 @@ async fn an_answer_before_the_upload_has_gone_ends_the_endpoint_connection() {
         format!("POST /upload HTTP/1.1\r\nhost: early.test\r\ncontent-length: {length}\r\n\r\n");
     client.write_all(head.as_bytes()).await.unwrap();
     client.write_all(&vec![b'x'; 1000]).await.unwrap();
-    let mut answer = Vec::new();
-    let mut buffer = [0u8; 4096];
-    while !answer.ends_with(b"\r\n\r\nok") {
-        let read = client.read(&mut buffer).await.unwrap();
-        assert!(read > 0, "sluice closed before the answer: {answer:?}");
-        answer.extend_from_slice(&buffer[..read]);
-    }
+    let answer = read_answer(&mut client).await;
     assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
-    let _ = client.write_all(&vec![b'x'; length - 1000]).await;
-    drop(client);
+    client.write_all(&vec![b'x'; length - 1000]).await.unwrap();
 
-    // The next request must reach the endpoint on a connection of its own.
-    let response = sluice_testkit::send(
-        &http_client(),
-        http::Method::GET,
-        &sluice.url("/next"),
-        "early.test",
-        &[],
-        bytes::Bytes::new(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(response.status, 200);
+    // The same client connection carries the next request.
+    client
+        .write_all(b"GET /next HTTP/1.1\r\nhost: early.test\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_answer(&mut client).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+
+    // What sluice wrote may still be on its way through the sockets.
+    let arrived = |connections: &Connections| {
+        let all = connections.lock().unwrap();
+        let bytes: usize = all.iter().map(Vec::len).sum();
+        bytes >= head.len() + length + "GET /next HTTP/1.1\r\n\r\n".len()
+    };
+    let limit = std::time::Duration::from_secs(10);
+    support::wait_until("the endpoint to receive both requests", limit, || {
+        std::future::ready(arrived(&connections))
+    })
+    .await;
     let connections = connections.lock().unwrap().clone();
+    let mut gets = 0;
     for (index, bytes) in connections.iter().enumerate() {
-        let text = String::from_utf8_lossy(bytes);
-        let requests = text.matches(" HTTP/1.1\r\n").count();
-        assert_eq!(
-            requests, 1,
-            "connection {index} carried {requests} requests: {text:.200}"
-        );
+        let mut rest = &bytes[..];
+        if rest.starts_with(b"POST /upload ") {
+            let head_end = rest.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let body = &rest[head_end..(head_end + length).min(rest.len())];
+            assert_eq!(
+                body.len(),
+                length,
+                "connection {index}: the body came short"
+            );
+            assert!(
+                body.iter().all(|&b| b == b'x'),
+                "connection {index}: not the body"
+            );
+            rest = &rest[head_end + length..];
+        }
+        if rest.starts_with(b"GET /next ") {
+            gets += 1;
+        } else {
+            let text = String::from_utf8_lossy(rest);
+            assert!(
+                rest.is_empty(),
+                "connection {index} carried more: {text:.200}"
+            );
+        }
     }
-    let gets = connections
-        .iter()
-        .filter(|bytes| bytes.starts_with(b"GET /next "))
-        .count();
-    assert_eq!(gets, 1, "the GET must open a connection of its own");
+    assert_eq!(
+        gets, 1,
+        "the GET must reach the endpoint once, at a request's start"
+    );
+
+    /// Reads one `200 ok` answer (or whatever comes before sluice closes).
+    async fn read_answer(client: &mut tokio::net::TcpStream) -> Vec<u8> {
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !answer.ends_with(b"\r\n\r\nok") {
+            let read = client.read(&mut buffer).await.unwrap();
+            assert!(read > 0, "sluice closed before the answer: {answer:?}");
+            answer.extend_from_slice(&buffer[..read]);
+        }
+        answer
+    }
 }

@@ -14,7 +14,8 @@ use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::buf::Chain;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRAILER, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
@@ -24,6 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use crate::error::UpstreamError;
 use crate::upstream::connect::Stream;
 use crate::upstream::request_body::UpstreamBody;
+use upload::Upload;
 
 /// The most header fields a response head (or a trailer section) may have, as hyper allows.
 const MAX_HEADERS: usize = 100;
@@ -106,14 +108,14 @@ impl Http1Connection {
             }
             streamed => self.send_streamed(head, streamed, &framing).await?,
         };
-        let parsed = match early {
-            Some(parsed) => parsed,
-            None => self
-                .read_head(&parts.method)
-                .await
-                .map_err(Http1Failure::Failed)?,
+        let (parsed, upload) = match early {
+            Some(early) => early,
+            None => {
+                let parsed = self.read_head(&parts.method).await;
+                (parsed.map_err(Http1Failure::Failed)?, None)
+            }
         };
-        Ok(parsed.into_response(self))
+        Ok(parsed.into_response(self, upload))
     }
 
     /// Writes the head and a buffered body, the body in the same write when it is small.
@@ -129,10 +131,7 @@ impl Http1Connection {
         let last_chunk: &[u8] = if framing.chunked { b"0\r\n\r\n" } else { b"" };
         let rest = match body {
             Some(body) if body.len() <= INLINE_BODY => {
-                head.extend_from_slice(&framing.size_line(body.len()));
-                head.extend_from_slice(&body);
-                head.extend_from_slice(framing.chunk_end());
-                head.extend_from_slice(last_chunk);
+                head.put(framed(body, framing.chunked, last_chunk));
                 None
             }
             body => body,
@@ -146,9 +145,8 @@ impl Http1Connection {
         let failed = |error| Http1Failure::Failed(UpstreamError::Io(error));
         self.io.write_all(&head[written..]).await.map_err(failed)?;
         if let Some(body) = rest {
-            write_framed(&mut self.io, body, framing, last_chunk)
-                .await
-                .map_err(failed)?;
+            let mut out = framed(body, framing.chunked, last_chunk);
+            self.io.write_all_buf(&mut out).await.map_err(failed)?;
         }
         self.io.flush().await.map_err(failed)
     }
@@ -163,13 +161,14 @@ impl Http1Connection {
     }
 
     /// Writes the head, then streams the body while watching for a response that comes
-    /// before the body has gone (an endpoint refusing an upload): that response is the answer.
+    /// before the body has gone (an endpoint refusing an upload, or answering before it
+    /// reads): that response is the answer, and the rest of the body goes on beside it.
     async fn send_streamed(
         &mut self,
         head: BytesMut,
         body: UpstreamBody,
         framing: &RequestFraming,
-    ) -> Result<Option<ParsedHead>, Http1Failure> {
+    ) -> Result<Option<(ParsedHead, Option<Upload>)>, Http1Failure> {
         let head = head.freeze();
         let written = match self.write_first(&head).await {
             Ok(written) => written,
@@ -181,34 +180,27 @@ impl Http1Connection {
             self.io.flush().await.map_err(failed)?;
             return Ok(None);
         }
-        let (mut reader, mut writer) = tokio::io::split(&mut self.io);
-        let uploaded = {
-            let upload = upload(&mut writer, body, framing);
-            tokio::pin!(upload);
-            let early = read_head_from(&mut reader, &mut self.read, &framing.method);
-            tokio::pin!(early);
-            tokio::select! {
-                biased;
-                uploaded = &mut upload => uploaded,
-                // The body stops here, so the endpoint would read what follows on this
-                // connection as the rest of it: the connection ends with this response.
-                early = &mut early => {
-                    return early
-                        .map(|parsed| Some(parsed.closing()))
-                        .map_err(Http1Failure::Failed)
-                }
+        let mut upload = Upload::new(body, framing);
+        let mut received_any = !self.read.is_empty();
+        let (io, read) = (&mut self.io, &mut self.read);
+        let outcome = std::future::poll_fn(|cx| {
+            if let Poll::Ready(sent) = upload.poll_send(io, cx) {
+                return Poll::Ready(Ok(sent));
             }
-        };
-        match uploaded {
-            Ok(()) => Ok(None),
-            Err(error @ UpstreamError::RequestBody(_)) => Err(Http1Failure::Failed(error)),
-            // The endpoint stopped taking the body: it may have answered before it did.
-            Err(error) => {
-                match read_head_from(&mut reader, &mut self.read, &framing.method).await {
-                    Ok(parsed) => Ok(Some(parsed.closing())),
-                    Err(_) => Err(Http1Failure::Failed(error)),
-                }
-            }
+            poll_head(io, read, &framing.method, &mut received_any, cx).map(Err)
+        })
+        .await;
+        match outcome {
+            Ok(Ok(())) => Ok(None),
+            Ok(Err(error @ UpstreamError::RequestBody(_))) => Err(Http1Failure::Failed(error)),
+            // The endpoint stopped taking the body: it may have answered before it did. The
+            // body stops here, so the connection ends with this response.
+            Ok(Err(error)) => match self.read_head(&framing.method).await {
+                Ok(parsed) => Ok(Some((parsed.closing(), None))),
+                Err(_) => Err(Http1Failure::Failed(error)),
+            },
+            Err(Ok(parsed)) => Ok(Some((parsed, Some(upload)))),
+            Err(Err(error)) => Err(Http1Failure::Failed(error)),
         }
     }
 
@@ -230,22 +222,33 @@ async fn read_head_from<R: AsyncRead + Unpin>(
     method: &Method,
 ) -> Result<ParsedHead, UpstreamError> {
     let mut received_any = !buffer.is_empty();
+    std::future::poll_fn(|cx| poll_head(io, buffer, method, &mut received_any, cx)).await
+}
+
+/// The poll behind `read_head_from`; `received_any` tells a close before any byte from one
+/// that cuts a head off.
+fn poll_head<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buffer: &mut BytesMut,
+    method: &Method,
+    received_any: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<Result<ParsedHead, UpstreamError>> {
     loop {
         if !buffer.is_empty() {
             if let Some(parsed) = parse_head(buffer, method)? {
-                return Ok(parsed);
+                return Poll::Ready(Ok(parsed));
             }
         }
-        let read = std::future::poll_fn(|cx| poll_fill(io, buffer, cx, READ_SIZE as u64))
-            .await
-            .map_err(UpstreamError::Io)?;
+        let read =
+            ready!(poll_fill(io, buffer, cx, READ_SIZE as u64)).map_err(UpstreamError::Io)?;
         if read == 0 {
-            return Err(match received_any {
+            return Poll::Ready(Err(match received_any {
                 true => UpstreamError::Malformed("the response head was cut off"),
                 false => UpstreamError::ClosedBeforeResponse,
-            });
+            }));
         }
-        received_any = true;
+        *received_any = true;
     }
 }
 
@@ -262,42 +265,6 @@ fn poll_fill<R: AsyncRead + Unpin>(
         buffer.reserve(size);
     }
     tokio_util::io::poll_read_buf(Pin::new(io), cx, buffer)
-}
-
-/// Streams `body` to `writer` in the request's framing.
-async fn upload<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    mut body: UpstreamBody,
-    framing: &RequestFraming,
-) -> Result<(), UpstreamError> {
-    let mut remaining = framing.length;
-    let io = UpstreamError::Io;
-    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
-        let frame = frame.map_err(UpstreamError::RequestBody)?;
-        let frame = match frame.into_data() {
-            Ok(data) if data.is_empty() => continue,
-            Ok(mut data) => {
-                if let Some(left) = remaining.as_mut() {
-                    data.truncate(usize::try_from(*left).unwrap_or(usize::MAX));
-                    *left -= data.len() as u64;
-                }
-                write_framed(writer, data, framing, b"").await.map_err(io)?;
-                continue;
-            }
-            Err(frame) => frame,
-        };
-        if let (true, Ok(trailers)) = (framing.chunked, frame.into_trailers()) {
-            let mut end = BytesMut::from(&b"0\r\n"[..]);
-            write_allowed_trailers(&mut end, &trailers, &framing.trailers);
-            end.extend_from_slice(b"\r\n");
-            writer.write_all(&end).await.map_err(io)?;
-            return writer.flush().await.map_err(io);
-        }
-    }
-    if framing.chunked {
-        writer.write_all(b"0\r\n\r\n").await.map_err(io)?;
-    }
-    writer.flush().await.map_err(io)
 }
 
 /// How the request's body is framed, decided as hyper's client decides it.
@@ -380,22 +347,6 @@ impl RequestFraming {
         }
         body
     }
-
-    /// What goes before `length` bytes of body: a chunk-size line when chunked.
-    fn size_line(&self, length: usize) -> Bytes {
-        match self.chunked {
-            true => Bytes::from(format!("{length:X}\r\n")),
-            false => Bytes::new(),
-        }
-    }
-
-    /// What goes after a piece of body: a chunk's CRLF when chunked.
-    fn chunk_end(&self) -> &'static [u8] {
-        match self.chunked {
-            true => b"\r\n",
-            false => b"",
-        }
-    }
 }
 
 /// The request line and header section, with the framing's changes.
@@ -438,20 +389,17 @@ fn write_head(head: &mut BytesMut, parts: &Parts, framing: &RequestFraming) {
     head.extend_from_slice(b"\r\n");
 }
 
-/// Writes one piece of body in the request's framing (its own chunk when chunked), then
-/// `end`, in one vectored write where the socket takes it.
-async fn write_framed<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    data: Bytes,
-    framing: &RequestFraming,
-    end: &'static [u8],
-) -> io::Result<()> {
-    let mut out = framing
-        .size_line(data.len())
-        .chain(data)
-        .chain(framing.chunk_end())
-        .chain(end);
-    writer.write_all_buf(&mut out).await
+/// One piece of body as it goes out, and what follows it: a chunk's size line, its data, the
+/// chunk's CRLF, then `end`.
+type Framed = Chain<Chain<Chain<Bytes, Bytes>, &'static [u8]>, &'static [u8]>;
+
+/// `data` in a body's framing (its own chunk when `chunked`), then `end`.
+fn framed(data: Bytes, chunked: bool, end: &'static [u8]) -> Framed {
+    let (size_line, chunk_end): (Bytes, &'static [u8]) = match chunked && !data.is_empty() {
+        true => (Bytes::from(format!("{:X}\r\n", data.len())), b"\r\n"),
+        false => (Bytes::new(), b""),
+    };
+    size_line.chain(data).chain(chunk_end).chain(end)
 }
 
 /// The trailer fields `allowed` names, leaving out those no trailer may carry.
@@ -546,7 +494,11 @@ impl ParsedHead {
         self
     }
 
-    fn into_response(self, connection: Http1Connection) -> Response<Http1Body> {
+    fn into_response(
+        self,
+        connection: Http1Connection,
+        upload: Option<Upload>,
+    ) -> Response<Http1Body> {
         let reusable = self.keep_alive
             && !matches!(
                 self.framing,
@@ -556,6 +508,7 @@ impl ParsedHead {
             connection,
             framing: self.framing,
             reusable,
+            upload: upload.map(Box::new),
         };
         let mut response = Response::new(body);
         *response.status_mut() = self.status;
@@ -706,18 +659,67 @@ pub(crate) struct Http1Body {
     connection: Http1Connection,
     framing: ResponseFraming,
     reusable: bool,
+    /// The request body's rest, when the endpoint answered before it had all gone.
+    upload: Option<Box<Upload>>,
+}
+
+/// A connection whose response has ended and that may carry another request: at once, or
+/// once the rest of its request body has gone.
+pub(crate) struct Reusable {
+    connection: Http1Connection,
+    upload: Option<Box<Upload>>,
+}
+
+impl Reusable {
+    /// The connection, when nothing of its request is still to go; else this back.
+    pub(crate) fn now(self) -> Result<Http1Connection, Self> {
+        match self.upload {
+            None => Ok(self.connection),
+            Some(_) => Err(self),
+        }
+    }
+
+    /// Sends the rest of the request body; the connection when all of it went.
+    pub(crate) async fn after_upload(self) -> Option<Http1Connection> {
+        let Self {
+            mut connection,
+            upload,
+        } = self;
+        if let Some(mut upload) = upload {
+            let io = &mut connection.io;
+            std::future::poll_fn(|cx| upload.poll_send(io, cx))
+                .await
+                .ok()?;
+        }
+        connection.read.is_empty().then_some(connection)
+    }
 }
 
 impl Http1Body {
     /// The connection, when the body has ended and the connection may carry another request.
-    pub(crate) fn into_reusable(self) -> Option<Http1Connection> {
+    pub(crate) fn into_reusable(self) -> Option<Reusable> {
         let ended = matches!(
             self.framing,
             ResponseFraming::Empty
                 | ResponseFraming::Length(0)
                 | ResponseFraming::Chunked(ChunkState::Done)
         );
-        (ended && self.reusable && self.connection.read.is_empty()).then_some(self.connection)
+        (ended && self.reusable && self.connection.read.is_empty()).then_some(Reusable {
+            connection: self.connection,
+            upload: self.upload,
+        })
+    }
+
+    /// Moves the request body's rest on as far as it goes without waiting; a body that
+    /// fails half-way leaves the connection unusable for another request.
+    fn send_upload(&mut self, cx: &mut Context<'_>) {
+        let Some(upload) = self.upload.as_mut() else {
+            return;
+        };
+        if let Poll::Ready(sent) = upload.poll_send(&mut self.connection.io, cx) {
+            self.upload = None;
+            self.reusable &= sent.is_ok();
+        }
     }
 
     /// The connection of a response that switched protocols, for the tunnel.
@@ -922,6 +924,7 @@ impl Body for Http1Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
         let this = &mut *self;
+        this.send_upload(cx);
         match this.framing {
             ResponseFraming::Empty | ResponseFraming::Upgrade => Poll::Ready(None),
             ResponseFraming::Length(remaining) => this
@@ -990,3 +993,4 @@ impl AsyncWrite for Http1Connection {
 
 #[cfg(test)]
 mod tests;
+mod upload;

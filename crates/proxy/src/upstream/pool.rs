@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::error::ProxyError;
 use crate::upstream::connect::{Opened, Wire};
-use crate::upstream::http1::Http1Connection;
+use crate::upstream::http1::{Http1Connection, Reusable};
 use crate::upstream::request_body::UpstreamBody;
 
 /// Idle connections kept per endpoint; more are closed when their response ends. As many as
@@ -351,15 +351,37 @@ impl Checkin {
     }
 
     /// The response body has ended: an HTTP/1.1 connection the response left `reusable`
-    /// goes back to its pool (an HTTP/2 one stays shared and frees its stream).
-    pub(crate) fn response_ended(self, reusable: Option<Http1Connection>) {
+    /// goes back to its pool (an HTTP/2 one stays shared and frees its stream). One whose
+    /// endpoint answered before the request body had all gone goes back once it has, in a
+    /// task of its own, unless that takes longer than the connection would be kept idle.
+    pub(crate) fn response_ended(self, reusable: Option<Reusable>) {
+        let Some(reusable) = reusable else {
+            return;
+        };
+        match reusable.now() {
+            Ok(http1) => self.keep(http1),
+            Err(uploading) => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    return;
+                };
+                runtime.spawn(async move {
+                    let sent = tokio::time::timeout(self.keep_for, uploading.after_upload());
+                    if let Ok(Some(http1)) = sent.await {
+                        self.keep(http1);
+                    }
+                });
+            }
+        }
+    }
+
+    fn keep(self, http1: Http1Connection) {
         let Self {
             pool,
             mut connection,
             keep_for,
         } = self;
-        if let (Sender::Http1(slot), Some(reusable)) = (&mut connection.sender, reusable) {
-            *slot = Some(reusable);
+        if let Sender::Http1(slot) = &mut connection.sender {
+            *slot = Some(http1);
             pool.keep(connection, Instant::now() + keep_for);
         }
     }

@@ -12,7 +12,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use crate::error::{ResponseBodyError, UpstreamError};
 use crate::telemetry::completion::Completion;
 use crate::upstream::health::InFlight;
-use crate::upstream::http1::{Http1Body, Http1Connection};
+use crate::upstream::http1::{Http1Body, Http1Connection, Reusable};
 use crate::upstream::idle::{poll_watched, IdleTimer, Watched};
 use crate::upstream::pool::Checkin;
 use crate::upstream::retry_buffer::HeldBytes;
@@ -146,7 +146,7 @@ pub(crate) enum EndpointStream {
 impl EndpointStream {
     /// The HTTP/1.1 connection, when the body has ended and the connection may carry another
     /// request.
-    fn into_reusable(self) -> Option<Http1Connection> {
+    fn into_reusable(self) -> Option<Reusable> {
         match self {
             Self::Http1(body) => body.into_reusable(),
             _ => None,
