@@ -100,9 +100,6 @@ impl Upload {
             return framed(Bytes::new(), false, b"");
         }
         end.extend_from_slice(b"\r\n");
-        end.freeze()
-            .chain(Bytes::new())
-            .chain(&b""[..])
-            .chain(&b""[..])
+        framed(end.freeze(), false, b"")
     }
 }
