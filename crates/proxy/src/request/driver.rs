@@ -225,17 +225,21 @@ impl Proxy {
         }
         // 6. Choose an endpoint and send.
         let deadline = grpc::timeout(&parts.headers);
-        let exchange = Exchange::new(
-            services.attempt_settings(),
-            target.backend,
-            target.policy,
-            parts,
-            body,
-            context.real_client,
-            context.pinned.clone(),
-        )
-        .over(wire)
-        .run();
+        // Boxed where it is made: the exchange's future is about 5 KB, and unboxed it was
+        // copied three times more on its way into this future's state (bench/instructions).
+        let exchange = Box::pin(
+            Exchange::new(
+                services.attempt_settings(),
+                target.backend,
+                target.policy,
+                parts,
+                body,
+                context.real_client,
+                context.pinned.clone(),
+            )
+            .over(wire)
+            .run(),
+        );
         // The client's gRPC deadline bounds every attempt together.
         let attempted = grpc::within(deadline, exchange).await?;
         context.attempts = attempted.attempts;
