@@ -556,9 +556,9 @@ impl<'a> Exchange<'a> {
             .unwrap_or(self.settings.body_idle_timeout);
         let streaming = StreamingBody::new(body, in_flight, idle, checkin);
         let body = match hold {
-            None => EndpointBody::Streaming(streaming),
+            None => EndpointBody::Streaming(Box::new(streaming)),
             Some((length, reservation)) => match streaming.read_whole(length, reservation).await {
-                Ok(held) => EndpointBody::Held(held),
+                Ok(held) => EndpointBody::Held(Box::new(held)),
                 Err(error) => return Err(Failure::Cut(ProxyError::ResponseCut(error))),
             },
         };

@@ -18,10 +18,13 @@ use crate::upstream::pool::Checkin;
 use crate::upstream::retry_buffer::HeldBytes;
 
 /// An endpoint's response body as the attempts hand it on: still streaming from the endpoint,
-/// or held whole (see [`crate::upstream::retry_buffer`]).
+/// or held whole (see [`crate::upstream::retry_buffer`]). Both are boxed: the response is
+/// moved a few dozen times between the attempt and hyper's dispatch, and with the body inline
+/// it was 464 bytes each time rather than 224 (bench/instructions: about 1,000 instructions a
+/// request, against one allocation).
 pub(crate) enum EndpointBody {
-    Streaming(StreamingBody),
-    Held(HeldBody),
+    Streaming(Box<StreamingBody>),
+    Held(Box<HeldBody>),
 }
 
 /// A response body still coming from its endpoint: the endpoint counts the request in flight
