@@ -441,12 +441,9 @@ fn may_trail(name: &HeaderName) -> bool {
 fn content_length(headers: &HeaderMap) -> Option<u64> {
     let mut length = None;
     for value in headers.get_all(CONTENT_LENGTH) {
-        for part in value.to_str().ok()?.split(',') {
-            let part = part.trim();
-            if part.is_empty() || !part.bytes().all(|byte| byte.is_ascii_digit()) {
-                return None;
-            }
-            let parsed = part.parse::<u64>().ok()?;
+        value.to_str().ok()?;
+        for part in value.as_bytes().split(|&byte| byte == b',') {
+            let parsed = decimal(part.trim_ascii())?;
             if length.is_some_and(|length| length != parsed) {
                 return None;
             }
@@ -454,6 +451,18 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         }
     }
     length
+}
+
+/// One or more ASCII digits as a number, `None` on anything else or on overflow. On bytes:
+/// `str`'s split, trim and parse cost about 400 instructions a response (bench/instructions).
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |value, &byte| {
+        let digit = byte.is_ascii_digit().then(|| u64::from(byte - b'0'))?;
+        value.checked_mul(10)?.checked_add(digit)
+    })
 }
 
 /// Whether the last transfer coding is `chunked`.
@@ -469,11 +478,11 @@ fn is_chunked(headers: &HeaderMap) -> bool {
 
 /// Whether a `Connection` value carries `token`.
 fn has_token(value: &HeaderValue, token: &str) -> bool {
-    value.to_str().is_ok_and(|value| {
-        value
-            .split(',')
-            .any(|item| item.trim().eq_ignore_ascii_case(token))
-    })
+    value.to_str().is_ok()
+        && value
+            .as_bytes()
+            .split(|&byte| byte == b',')
+            .any(|item| item.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
 /// A response head read whole, and how its body is framed.

@@ -253,3 +253,34 @@ async fn malformed_answers_fail_and_a_silent_close_is_a_close_before_the_respons
         assert_eq!(kind, expected);
     }
 }
+
+/// Content-Length read on bytes says what `str`'s parse said: one number, or several that
+/// agree, and nothing for anything else; Connection tokens match in any case.
+#[test]
+fn content_lengths_agree_or_are_refused_and_tokens_match_in_any_case() {
+    let lengths = |values: &[&str]| {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            let value = HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{value}: {e}"));
+            headers.append(http::header::CONTENT_LENGTH, value);
+        }
+        content_length(&headers)
+    };
+    assert_eq!(lengths(&["0"]), Some(0));
+    assert_eq!(lengths(&["42"]), Some(42));
+    assert_eq!(lengths(&[" 7 , 7"]), Some(7));
+    assert_eq!(lengths(&["7", "7"]), Some(7));
+    assert_eq!(lengths(&["7", "8"]), None);
+    assert_eq!(lengths(&["18446744073709551615"]), Some(u64::MAX));
+    assert_eq!(lengths(&["18446744073709551616"]), None);
+    for bad in ["", "-1", "+1", "1.0", "0x10", "1,", ",", "1 2", "١"] {
+        assert_eq!(lengths(&[bad]), None, "{bad:?}");
+    }
+    assert_eq!(lengths(&[]), None);
+    let token = |value: &'static str, token| has_token(&HeaderValue::from_static(value), token);
+    assert!(token("keep-alive", "keep-alive"));
+    assert!(token("Upgrade, Keep-Alive", "keep-alive"));
+    assert!(token(" close ", "close"));
+    assert!(!token("closed", "close"));
+    assert!(!token("keep-alive", "close"));
+}
