@@ -23,6 +23,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::error::UpstreamError;
+use crate::headers::nominates_only_hop_by_hop;
 use crate::upstream::connect::Stream;
 use crate::upstream::request_body::UpstreamBody;
 use upload::Upload;
@@ -572,6 +573,9 @@ fn parse_head(buffer: &mut BytesMut, method: &Method) -> Result<Option<ParsedHea
         let mut headers = HeaderMap::with_capacity(spans.len());
         let mut keep_alive = version == Version::HTTP_11;
         let mut saw_close = false;
+        // A switch of protocols keeps its Connection for the tunnel; any other response's
+        // `Connection: keep-alive` is this hop's alone and is not kept past this point.
+        let switching = status.is_informational() || *method == Method::CONNECT;
         for (name, value) in spans {
             let name = name.map_err(|_| UpstreamError::Malformed("a header name is invalid"))?;
             let value = HeaderValue::from_maybe_shared(head.slice(value))
@@ -582,6 +586,9 @@ fn parse_head(buffer: &mut BytesMut, method: &Method) -> Result<Option<ParsedHea
                     keep_alive = false;
                 } else if !keep_alive {
                     keep_alive = has_token(&value, "keep-alive");
+                }
+                if !switching && nominates_only_hop_by_hop(&value) {
+                    continue;
                 }
             }
             headers.append(name, value);
