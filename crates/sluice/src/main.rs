@@ -20,7 +20,7 @@ use cli::{Cli, Command};
 
 /// jemalloc: compiles at cluster scale allocate and free hundreds of thousands of small objects;
 /// glibc's allocator serves them markedly slower, and mimalloc holds on to more memory (see
-/// docs/benchmarks.md for the comparison).
+/// docs/benchmarks.md for the comparison). Its build-time settings are in .cargo/config.toml.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
