@@ -48,12 +48,15 @@ pub(crate) fn nominates_only_hop_by_hop(value: &HeaderValue) -> bool {
             .split(',')
             .map(str::trim)
             .filter(|token| !token.is_empty())
-            .all(|token| {
-                HOP_BY_HOP
-                    .iter()
-                    .any(|name| name.as_str().eq_ignore_ascii_case(token))
-            })
+            .all(names_hop_by_hop)
     })
+}
+
+/// Whether a `Connection` token names one of [`HOP_BY_HOP`], in any case.
+fn names_hop_by_hop(token: &str) -> bool {
+    HOP_BY_HOP
+        .iter()
+        .any(|name| name.as_str().eq_ignore_ascii_case(token))
 }
 
 /// Headers that naming them in `Connection` must not remove: the message's host and framing.
@@ -120,11 +123,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
             .filter_map(|value| value.to_str().ok())
             .flat_map(|value| value.split(','))
             .map(str::trim)
-            .filter(|token| {
-                !HOP_BY_HOP
-                    .iter()
-                    .any(|name| name.as_str().eq_ignore_ascii_case(token))
-            })
+            .filter(|token| !names_hop_by_hop(token))
             .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
             .filter(|name| !NEVER_NOMINATED.contains(name))
             .collect(),
