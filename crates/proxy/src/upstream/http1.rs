@@ -11,6 +11,7 @@
 
 use std::fmt::Write as _;
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -23,7 +24,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::error::UpstreamError;
-use crate::headers::nominates_only_hop_by_hop;
+use crate::headers::{has_token, names_only_hop_by_hop};
 use crate::upstream::connect::Stream;
 use crate::upstream::request_body::UpstreamBody;
 use upload::Upload;
@@ -47,7 +48,12 @@ const INLINE_BODY: usize = 16 * 1024;
 pub(crate) struct Http1Connection {
     io: Stream,
     read: BytesMut,
+    /// Scratch space for parsing response heads, kept between responses.
+    fields: HeadFields,
 }
+
+/// A response head's fields while its bytes are borrowed: each name, and where its value is.
+type HeadFields = Vec<(HeaderName, std::ops::Range<usize>)>;
 
 /// How an exchange on a connection failed.
 pub(crate) enum Http1Failure {
@@ -62,6 +68,7 @@ impl Http1Connection {
         Self {
             io,
             read: BytesMut::new(),
+            fields: Vec::new(),
         }
     }
 
@@ -183,12 +190,12 @@ impl Http1Connection {
         }
         let mut upload = Upload::new(body, framing);
         let mut received_any = !self.read.is_empty();
-        let (io, read) = (&mut self.io, &mut self.read);
+        let (io, read, fields) = (&mut self.io, &mut self.read, &mut self.fields);
         let outcome = std::future::poll_fn(|cx| {
             if let Poll::Ready(sent) = upload.poll_send(io, cx) {
                 return Poll::Ready(Ok(sent));
             }
-            poll_head(io, read, &framing.method, &mut received_any, cx).map(Err)
+            poll_head(io, read, fields, &framing.method, &mut received_any, cx).map(Err)
         })
         .await;
         match outcome {
@@ -206,7 +213,7 @@ impl Http1Connection {
     }
 
     async fn read_head(&mut self, method: &Method) -> Result<ParsedHead, UpstreamError> {
-        read_head_from(&mut self.io, &mut self.read, method).await
+        read_head_from(&mut self.io, &mut self.read, &mut self.fields, method).await
     }
 
     /// Reads more of the stream into the read buffer, asking for about `wanted` bytes.
@@ -220,10 +227,11 @@ impl Http1Connection {
 async fn read_head_from<R: AsyncRead + Unpin>(
     io: &mut R,
     buffer: &mut BytesMut,
+    fields: &mut HeadFields,
     method: &Method,
 ) -> Result<ParsedHead, UpstreamError> {
     let mut received_any = !buffer.is_empty();
-    std::future::poll_fn(|cx| poll_head(io, buffer, method, &mut received_any, cx)).await
+    std::future::poll_fn(|cx| poll_head(io, buffer, fields, method, &mut received_any, cx)).await
 }
 
 /// The poll behind `read_head_from`; `received_any` tells a close before any byte from one
@@ -231,13 +239,14 @@ async fn read_head_from<R: AsyncRead + Unpin>(
 fn poll_head<R: AsyncRead + Unpin>(
     io: &mut R,
     buffer: &mut BytesMut,
+    fields: &mut HeadFields,
     method: &Method,
     received_any: &mut bool,
     cx: &mut Context<'_>,
 ) -> Poll<Result<ParsedHead, UpstreamError>> {
     loop {
         if !buffer.is_empty() {
-            if let Some(parsed) = parse_head(buffer, method)? {
+            if let Some(parsed) = parse_head(buffer, method, fields)? {
                 return Poll::Ready(Ok(parsed));
             }
         }
@@ -442,14 +451,24 @@ fn may_trail(name: &HeaderName) -> bool {
 fn content_length(headers: &HeaderMap) -> Option<u64> {
     let mut length = None;
     for value in headers.get_all(CONTENT_LENGTH) {
-        value.to_str().ok()?;
-        for part in value.as_bytes().split(|&byte| byte == b',') {
-            let parsed = decimal(part.trim_ascii())?;
-            if length.is_some_and(|length| length != parsed) {
-                return None;
-            }
-            length = Some(parsed);
+        let parsed = content_length_value(value.as_bytes())?;
+        if length.is_some_and(|length| length != parsed) {
+            return None;
         }
+        length = Some(parsed);
+    }
+    length
+}
+
+/// The length one `Content-Length` field gives: a number, or a list of the same number.
+fn content_length_value(value: &[u8]) -> Option<u64> {
+    let mut length = None;
+    for part in value.split(|&byte| byte == b',') {
+        let parsed = decimal(part.trim_ascii())?;
+        if length.is_some_and(|length| length != parsed) {
+            return None;
+        }
+        length = Some(parsed);
     }
     length
 }
@@ -475,15 +494,6 @@ fn is_chunked(headers: &HeaderMap) -> bool {
         .ok()
         .and_then(|value| value.rsplit(',').next())
         .is_some_and(|coding| coding.trim().eq_ignore_ascii_case("chunked"))
-}
-
-/// Whether a `Connection` value carries `token`.
-fn has_token(value: &HeaderValue, token: &str) -> bool {
-    value.to_str().is_ok()
-        && value
-            .as_bytes()
-            .split(|&byte| byte == b',')
-            .any(|item| item.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
 /// A response head read whole, and how its body is framed.
@@ -532,12 +542,26 @@ impl ParsedHead {
 }
 
 /// Parses a final response head from the front of `buffer`, skipping 1xx heads other than
-/// 101; `None` when more bytes are needed.
-fn parse_head(buffer: &mut BytesMut, method: &Method) -> Result<Option<ParsedHead>, UpstreamError> {
+/// 101; `None` when more bytes are needed. The header values share the buffer's memory.
+///
+/// httparse parses into uninitialised slots (zeroing a hundred of them cost more than the
+/// parse), the names are made while the buffer is borrowed and kept in `fields`, which the
+/// connection keeps between responses, and the framing headers are read as the fields go by
+/// rather than looked up in the map afterwards.
+fn parse_head(
+    buffer: &mut BytesMut,
+    method: &Method,
+    fields: &mut HeadFields,
+) -> Result<Option<ParsedHead>, UpstreamError> {
     loop {
-        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut response = httparse::Response::new(&mut fields);
-        let length = match response.parse(&buffer[..]) {
+        let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut response,
+            &buffer[..],
+            &mut slots,
+        );
+        let length = match parsed {
             Ok(httparse::Status::Complete(length)) => length,
             Ok(httparse::Status::Partial) if buffer.len() > MAX_HEAD_BYTES => {
                 return Err(UpstreamError::Malformed("the response head is too large"))
@@ -548,6 +572,10 @@ fn parse_head(buffer: &mut BytesMut, method: &Method) -> Result<Option<ParsedHea
         let code = response.code.unwrap_or(0);
         let status = StatusCode::from_u16(code)
             .map_err(|_| UpstreamError::Malformed("the response status is not a status code"))?;
+        if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+            buffer.advance(length);
+            continue;
+        }
         let version = match response.version {
             Some(1) => Version::HTTP_11,
             _ => Version::HTTP_10,
@@ -556,44 +584,29 @@ fn parse_head(buffer: &mut BytesMut, method: &Method) -> Result<Option<ParsedHea
             .reason
             .filter(|reason| Some(*reason) != status.canonical_reason())
             .and_then(|reason| hyper::ext::ReasonPhrase::try_from(reason.as_bytes()).ok());
-        let base = buffer.as_ptr() as usize;
-        let spans: Vec<_> = response
-            .headers
-            .iter()
-            .map(|field| {
-                let value = field.value.as_ptr() as usize - base;
-                (field.name, value..value + field.value.len())
-            })
-            .map(|(name, value)| (HeaderName::from_bytes(name.as_bytes()), value))
-            .collect();
-        let head = buffer.split_to(length).freeze();
-        if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
-            continue;
-        }
-        let mut headers = HeaderMap::with_capacity(spans.len());
-        let mut keep_alive = version == Version::HTTP_11;
-        let mut saw_close = false;
         // A switch of protocols keeps its Connection for the tunnel; any other response's
         // `Connection: keep-alive` is this hop's alone and is not kept past this point.
         let switching = status.is_informational() || *method == Method::CONNECT;
-        for (name, value) in spans {
-            let name = name.map_err(|_| UpstreamError::Malformed("a header name is invalid"))?;
+        let mut framing = FramingFields::new(version);
+        let base = buffer.as_ptr() as usize;
+        fields.clear();
+        for field in response.headers.iter() {
+            let name = HeaderName::from_bytes(field.name.as_bytes())
+                .map_err(|_| UpstreamError::Malformed("a header name is invalid"))?;
+            if framing.read(&name, field.value, switching) {
+                let start = field.value.as_ptr() as usize - base;
+                fields.push((name, start..start + field.value.len()));
+            }
+        }
+        let head = buffer.split_to(length).freeze();
+        let mut headers = HeaderMap::with_capacity(fields.len());
+        for (name, value) in fields.drain(..) {
             let value = HeaderValue::from_maybe_shared(head.slice(value))
                 .map_err(|_| UpstreamError::Malformed("a header value is invalid"))?;
-            if name == CONNECTION {
-                if saw_close || has_token(&value, "close") {
-                    saw_close = true;
-                    keep_alive = false;
-                } else if !keep_alive {
-                    keep_alive = has_token(&value, "keep-alive");
-                }
-                if !switching && nominates_only_hop_by_hop(&value) {
-                    continue;
-                }
-            }
             headers.append(name, value);
         }
-        let framing = ResponseFraming::of(status, version, &headers, method)?;
+        let keep_alive = framing.keep_alive;
+        let framing = ResponseFraming::of(status, &framing, method)?;
         return Ok(Some(ParsedHead {
             status,
             version,
@@ -602,6 +615,61 @@ fn parse_head(buffer: &mut BytesMut, method: &Method) -> Result<Option<ParsedHea
             framing,
             keep_alive,
         }));
+    }
+}
+
+/// What a response head's framing and connection fields say, read as they go by.
+struct FramingFields {
+    version: Version,
+    keep_alive: bool,
+    saw_close: bool,
+    /// Some field named Transfer-Encoding; whether the last one ends in `chunked`.
+    chunked: Option<bool>,
+    /// Content-Length fields: none, one agreed length, or values that do not agree or parse.
+    length: Length,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Length {
+    Absent,
+    Agreed(u64),
+    Invalid,
+}
+
+impl FramingFields {
+    fn new(version: Version) -> Self {
+        Self {
+            version,
+            keep_alive: version == Version::HTTP_11,
+            saw_close: false,
+            chunked: None,
+            length: Length::Absent,
+        }
+    }
+
+    /// Notes one field; `false` when it is not kept (a `Connection` of hop-by-hop names).
+    fn read(&mut self, name: &HeaderName, value: &[u8], switching: bool) -> bool {
+        if *name == CONTENT_LENGTH {
+            self.length = match (self.length, content_length_value(value)) {
+                (Length::Invalid, _) | (_, None) => Length::Invalid,
+                (Length::Agreed(known), Some(length)) if known != length => Length::Invalid,
+                (_, Some(length)) => Length::Agreed(length),
+            };
+        } else if *name == TRANSFER_ENCODING {
+            let last = value.rsplit(|&b| b == b',').next().unwrap_or_default();
+            self.chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if *name == CONNECTION {
+            if self.saw_close || has_token(value, b"close") {
+                self.saw_close = true;
+                self.keep_alive = false;
+            } else if !self.keep_alive {
+                self.keep_alive = has_token(value, b"keep-alive");
+            }
+            if !switching && names_only_hop_by_hop(value) {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -620,8 +688,7 @@ enum ResponseFraming {
 impl ResponseFraming {
     fn of(
         status: StatusCode,
-        version: Version,
-        headers: &HeaderMap,
+        fields: &FramingFields,
         method: &Method,
     ) -> Result<Self, UpstreamError> {
         match status.as_u16() {
@@ -635,23 +702,23 @@ impl ResponseFraming {
         if *method == Method::CONNECT && status.is_success() {
             return Ok(Self::Upgrade);
         }
-        if headers.contains_key(TRANSFER_ENCODING) {
-            if version == Version::HTTP_10 {
+        if let Some(chunked) = fields.chunked {
+            if fields.version == Version::HTTP_10 {
                 return Err(UpstreamError::Malformed(
                     "an HTTP/1.0 response names a transfer coding",
                 ));
             }
-            return Ok(match is_chunked(headers) {
+            return Ok(match chunked {
                 true => Self::Chunked(ChunkState::Size),
                 false => Self::CloseDelimited,
             });
         }
-        match content_length(headers) {
-            Some(length) => Ok(Self::Length(length)),
-            None if headers.contains_key(CONTENT_LENGTH) => Err(UpstreamError::Malformed(
+        match fields.length {
+            Length::Agreed(length) => Ok(Self::Length(length)),
+            Length::Invalid => Err(UpstreamError::Malformed(
                 "the response's Content-Length is invalid",
             )),
-            None => Ok(Self::CloseDelimited),
+            Length::Absent => Ok(Self::CloseDelimited),
         }
     }
 }
