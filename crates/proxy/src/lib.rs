@@ -5,6 +5,7 @@
 //! learnt from traffic (connections, load, latency, ejections, retry budgets) lives in one
 //! [`Runtime`] behind the same handle.
 
+mod client_body;
 mod connection;
 mod error;
 mod filters;
@@ -12,10 +13,12 @@ mod headers;
 mod request;
 mod server;
 mod shutdown;
+mod switch;
 mod telemetry;
 mod upstream;
 mod worker;
 
+pub use client_body::{BodyReadError, ClientBody};
 pub use connection::{ClientCertificate, ClientInfo, TlsInfo};
 pub use error::ProxyError;
 pub use error::ResponseBodyError;

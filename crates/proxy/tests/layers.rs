@@ -15,7 +15,15 @@ const LAYERS: [&str; 6] = [
 ];
 
 /// Files at the crate's root that form its bottom.
-const BOTTOM: [&str; 5] = ["error", "headers", "connection", "shutdown", "worker"];
+const BOTTOM: [&str; 7] = [
+    "client_body",
+    "connection",
+    "error",
+    "headers",
+    "shutdown",
+    "switch",
+    "worker",
+];
 
 fn source_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

@@ -7,9 +7,9 @@ use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use serde::Serialize;
 use sluice_config::{Diagnostic, Severity};
+use sluice_proxy::ClientBody;
 use sluice_routing::{Backend, BackendMode, Condition, RoutePolicy, RoutingTable, TableView};
 use sluice_sources::kubernetes::WatchReport;
 
@@ -134,7 +134,7 @@ impl Admin {
     }
 
     /// Answers one admin request.
-    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    pub async fn handle(self: Arc<Self>, request: Request<ClientBody>) -> Response<Full<Bytes>> {
         let path = request.uri().path().to_owned();
         if let Some(answer) = self.probe(&path) {
             return answer;
@@ -188,7 +188,7 @@ impl Admin {
         })
     }
 
-    fn read(&self, request: &Request<Incoming>, path: &str) -> Response<Full<Bytes>> {
+    fn read(&self, request: &Request<ClientBody>, path: &str) -> Response<Full<Bytes>> {
         let control = &self.control;
         match path {
             "/" | "/index.html" => dashboard(),
@@ -207,7 +207,7 @@ impl Admin {
 
     /// Whether the request carries the token: as `Authorization: Bearer`, or for the dashboard
     /// page (which a browser opens by address) as `?token=`.
-    fn authorized(&self, request: &Request<Incoming>) -> bool {
+    fn authorized(&self, request: &Request<ClientBody>) -> bool {
         let Some(token) = &self.token else {
             return true;
         };
@@ -249,7 +249,7 @@ fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
 }
 
 /// `PUT /log-level` with a level or filter as the body.
-async fn set_log_level(request: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn set_log_level(request: Request<ClientBody>) -> Response<Full<Bytes>> {
     let body = match Limited::new(request.into_body(), 4096).collect().await {
         Ok(body) => body.to_bytes(),
         Err(_) => return text(StatusCode::BAD_REQUEST, "the body must be a log level\n"),
@@ -473,7 +473,7 @@ fn retry_on_text(on: &sluice_routing::RetryOn) -> String {
 }
 
 /// The Prometheus text format, or OpenMetrics when the scraper asks for it.
-fn metrics(control: &ControlPlane, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn metrics(control: &ControlPlane, request: &Request<ClientBody>) -> Response<Full<Bytes>> {
     let wants_openmetrics = request
         .headers()
         .get_all(ACCEPT)

@@ -14,9 +14,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
 use sluice_proxy::{
-    serve, serve_tls, ClientInfo, ListenerOptions, ShutdownSignal, ShutdownTrigger, TlsTerminator,
+    serve, serve_tls, ClientBody, ClientInfo, ListenerOptions, ShutdownSignal, ShutdownTrigger,
+    TlsTerminator,
 };
 use tokio::task::JoinHandle;
 
@@ -59,7 +60,7 @@ pub(crate) async fn run<F, Fut, B>(
     (options, connect_timeout): (ListenerOptions, std::time::Duration),
     shutdown: ShutdownSignal,
 ) where
-    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<ClientBody>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

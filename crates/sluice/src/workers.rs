@@ -13,8 +13,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::{Body, Incoming};
-use sluice_proxy::{serve, serve_tls, ClientInfo, ListenerOptions, ShutdownSignal, TlsTerminator};
+use hyper::body::Body;
+use sluice_proxy::{
+    serve, serve_tls, ClientBody, ClientInfo, ListenerOptions, ShutdownSignal, TlsTerminator,
+};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -66,7 +68,7 @@ impl Workers {
         plan: Plan<F>,
     ) -> anyhow::Result<Self>
     where
-        F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(Request<ClientBody>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Response<B>> + Send + 'static,
         B: Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -118,7 +120,7 @@ fn start_worker<F, Fut, B>(
     released: oneshot::Receiver<()>,
 ) -> anyhow::Result<oneshot::Receiver<()>>
 where
-    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<ClientBody>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

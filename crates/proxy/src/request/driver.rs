@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Either;
-use hyper::body::Incoming;
 use sluice_routing::{RoutePolicy, UpstreamProtocol};
 
 use super::answer;
@@ -28,6 +27,7 @@ use super::route::route_request;
 use super::table_handle::TableHandle;
 use super::upstream_head;
 use super::Stop;
+use crate::client_body::ClientBody;
 use crate::connection::ClientInfo;
 use crate::error::ProxyError;
 use crate::filters::contract::{Connection, LocalAnswer, RequestContext, Slots};
@@ -123,7 +123,7 @@ impl Proxy {
     /// a short response. Either way the response carries the request's `X-Request-ID`.
     pub async fn handle(
         &self,
-        request: Request<Incoming>,
+        request: Request<ClientBody>,
         client: ClientInfo,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
@@ -181,7 +181,7 @@ impl Proxy {
     /// Phases 1 to 8, from the route to the response filters.
     async fn forward<'r>(
         &self,
-        mut request: Request<Incoming>,
+        mut request: Request<ClientBody>,
         client: &ClientInfo,
         forwarding: &Forwarding,
         context: &mut RequestContext<'r>,
@@ -265,7 +265,7 @@ impl Proxy {
     async fn prepare_body(
         &self,
         parts: &Parts,
-        body: Incoming,
+        body: ClientBody,
         policy: &RoutePolicy,
         filters: &Filters,
     ) -> Result<RequestBody, ProxyError> {

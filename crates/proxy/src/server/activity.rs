@@ -1,13 +1,11 @@
 //! One client connection's activity, shared by its reader, its requests and its supervisor: which timeout runs now, which head was refused, and whether the client resets streams abusively.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use super::framing::HeadProblem;
 
 /// Marks "not set" in the millisecond fields.
 const UNSET: u64 = u64::MAX;
@@ -60,18 +58,12 @@ pub(crate) struct ConnectionActivity {
     idle_since: AtomicU64,
     write_stalled_since: AtomicU64,
     in_flight: AtomicU32,
-    /// Request heads the scanner judged, and the first one it refused (numbered from 1).
-    heads: AtomicU32,
-    refused: OnceLock<(u32, HeadProblem)>,
     /// Requests handed to the handler, and how many of them the client cancelled early.
     requests: AtomicU32,
     cancelled: AtomicU32,
     abusive: Notify,
     /// A response switched protocols (WebSocket): the bytes that follow are not HTTP.
     upgraded: AtomicBool,
-    /// The HTTP/1.1 connection let go of its protocol state to wait for the next request on
-    /// socket readiness alone (see `ClientIo`).
-    parked: AtomicBool,
 }
 
 impl ConnectionActivity {
@@ -83,13 +75,10 @@ impl ConnectionActivity {
             idle_since: AtomicU64::new(UNSET),
             write_stalled_since: AtomicU64::new(UNSET),
             in_flight: AtomicU32::new(0),
-            heads: AtomicU32::new(0),
-            refused: OnceLock::new(),
             requests: AtomicU32::new(0),
             cancelled: AtomicU32::new(0),
             abusive: Notify::new(),
             upgraded: AtomicBool::new(false),
-            parked: AtomicBool::new(false),
         }
     }
 
@@ -119,29 +108,11 @@ impl ConnectionActivity {
             && self.now() >= since.saturating_add(u64::try_from(idle.as_millis()).unwrap_or(UNSET))
     }
 
-    /// The connection is parked (`true`) or serving again (`false`).
-    pub(crate) fn set_parked(&self, parked: bool) {
-        self.parked.store(parked, Ordering::Release);
-    }
-
-    /// Whether the connection is parked.
-    pub(crate) fn is_parked(&self) -> bool {
-        self.parked.load(Ordering::Acquire)
-    }
-
     /// The first byte of a request head arrived.
     pub(crate) fn head_started(&self) {
         let idle = self.in_flight.load(Ordering::Acquire) == 0;
         if idle && self.head_started.load(Ordering::Acquire) == UNSET {
             self.head_started.store(self.now(), Ordering::Release);
-        }
-    }
-
-    /// The scanner judged a complete request head.
-    pub(crate) fn head_judged(&self, verdict: Result<(), HeadProblem>) {
-        let number = self.heads.fetch_add(1, Ordering::AcqRel) + 1;
-        if let Err(problem) = verdict {
-            let _ = self.refused.set((number, problem));
         }
     }
 
@@ -155,10 +126,9 @@ impl ConnectionActivity {
     pub(crate) fn request_started(self: &Arc<Self>) -> RequestActivity {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.head_started.store(UNSET, Ordering::Release);
-        let number = self.requests.fetch_add(1, Ordering::AcqRel) + 1;
+        self.requests.fetch_add(1, Ordering::AcqRel);
         RequestActivity {
             activity: self.clone(),
-            number,
             answered: false,
         }
     }
@@ -211,20 +181,10 @@ impl ConnectionActivity {
 /// One request in flight on a connection.
 pub(crate) struct RequestActivity {
     activity: Arc<ConnectionActivity>,
-    number: u32,
     answered: bool,
 }
 
 impl RequestActivity {
-    /// Why this request's head was refused, if the scanner refused it.
-    pub(crate) fn refused_head(&self) -> Option<HeadProblem> {
-        self.activity
-            .refused
-            .get()
-            .filter(|(number, _)| *number == self.number)
-            .map(|(_, problem)| *problem)
-    }
-
     /// The response switches protocols: from now on the connection carries another protocol.
     pub(crate) fn upgraded(&self) {
         self.activity.upgraded.store(true, Ordering::Relaxed);
@@ -314,18 +274,6 @@ mod tests {
         activity.write_stalled(false);
         activity.head_started();
         assert!(!activity.may_park(idle), "not once the next head has begun");
-    }
-
-    #[test]
-    fn a_refused_head_belongs_to_the_request_with_its_number() {
-        let activity = Arc::new(ConnectionActivity::new());
-        activity.head_judged(Ok(()));
-        activity.head_judged(Err(HeadProblem::BareLineBreak));
-        let first = activity.request_started();
-        assert_eq!(first.refused_head(), None);
-        drop(first);
-        let second = activity.request_started();
-        assert_eq!(second.refused_head(), Some(HeadProblem::BareLineBreak));
     }
 
     #[test]

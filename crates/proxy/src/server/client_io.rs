@@ -1,103 +1,33 @@
-//! A client connection's byte stream as hyper reads it: bytes left over from the PROXY header come first, every byte read is scanned for HTTP/1 framing, stalled writes are noted, and an idle HTTP/1.1 connection is parked.
-//!
-//! Parking: when hyper asks for the next request's bytes on a connection with nothing in
-//! flight and none of them has arrived, the stream tells hyper the client is done. hyper
-//! then ends the connection without closing the socket (`poll_shutdown` does nothing while
-//! parked), the listener takes the socket back with `into_parts`, frees hyper's buffers and
-//! state, and waits on the socket's readiness alone until the client sends again.
+//! An HTTP/2 client connection's byte stream as hyper reads it: bytes read while detecting the protocol (or past a PROXY header) come first, and stalled writes are noted for the write-stall timeout.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
-use std::time::Duration;
+use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::activity::ConnectionActivity;
-use super::framing::{BrokenAt, Event, MessageScanner};
 use super::rewound::Rewound;
 
 /// The stream hyper serves, wrapping the accepted socket.
 pub(crate) struct ClientIo<T> {
     inner: T,
-    /// Bytes read with the PROXY header (or to detect the protocol) that belong to the HTTP
-    /// stream; they are scanned like bytes read from the socket.
+    /// Bytes already read that belong to the HTTP stream.
     prefix: Bytes,
-    /// Bytes hyper had read but not used when the connection parked: already scanned.
-    replay: Bytes,
-    scanner: MessageScanner,
-    /// How long an HTTP/1.1 connection must have been idle to park; `None`: never (HTTP/2).
-    park_after: Option<Duration>,
     activity: Arc<ConnectionActivity>,
     write_stalled: bool,
-    /// A chunked body broke in bytes already read: the next read fails.
-    broken: bool,
 }
 
 impl<T> ClientIo<T> {
-    pub(crate) fn new(
-        inner: T,
-        prefix: Bytes,
-        max_head: usize,
-        activity: Arc<ConnectionActivity>,
-        park_after: Option<Duration>,
-    ) -> Self {
+    pub(crate) fn new(inner: T, prefix: Bytes, activity: Arc<ConnectionActivity>) -> Self {
         Self {
             inner,
             prefix,
-            replay: Bytes::new(),
-            scanner: MessageScanner::new(max_head),
-            park_after,
             activity,
             write_stalled: false,
-            broken: false,
         }
-    }
-
-    /// Scans bytes on their way to hyper; returns how many of them may go on. Bytes from a
-    /// chunked-body framing error on never reach hyper, and the next read fails, so the
-    /// request body ends in an error and the upstream request is aborted.
-    fn scan(&mut self, bytes: &[u8]) -> usize {
-        let activity = &self.activity;
-        if activity.is_upgraded() {
-            // The connection switched protocols (WebSocket): these bytes are not HTTP.
-            return bytes.len();
-        }
-        let scanned = self.scanner.scan(bytes, &mut |event| match event {
-            Event::HeadStarted => activity.head_started(),
-            Event::HeadComplete(verdict) => activity.head_judged(verdict),
-        });
-        match scanned {
-            Ok(()) => bytes.len(),
-            Err(BrokenAt(at)) => {
-                self.broken = true;
-                at
-            }
-        }
-    }
-
-    /// The connection serves again after parking; `replay` is what hyper had read past the
-    /// last request.
-    pub(crate) fn resume(&mut self, replay: Bytes) {
-        // hyper's leftover shares its whole read buffer: keep a copy of the bytes alone.
-        self.replay = match replay.is_empty() {
-            true => Bytes::new(),
-            false => Bytes::copy_from_slice(&replay),
-        };
-        self.activity.set_parked(false);
-    }
-
-    /// Whether hyper's next read should end the connection so that it parks.
-    fn should_park(&self) -> bool {
-        self.park_after.is_some_and(|idle| {
-            !self.replay.has_remaining()
-                && !self.prefix.has_remaining()
-                && !self.write_stalled
-                && self.scanner.is_between_messages()
-                && self.activity.may_park(idle)
-        })
     }
 
     fn note_write<R>(&mut self, poll: &Poll<io::Result<R>>) {
@@ -116,42 +46,17 @@ impl<T: AsyncRead + Unpin> AsyncRead for ClientIo<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.broken {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "invalid chunked framing",
-            )));
-        }
-        if this.replay.has_remaining() {
-            take_from(&mut this.replay, buf);
+        if this.prefix.has_remaining() {
+            let take = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix[..take]);
+            this.prefix.advance(take);
+            if this.prefix.is_empty() {
+                // Let go of the buffer the prefix shares.
+                this.prefix = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
-        let before = buf.filled().len();
-        if this.prefix.has_remaining() {
-            take_from(&mut this.prefix, buf);
-        } else if this.should_park() {
-            if Pin::new(&mut this.inner).poll_read(cx, buf)?.is_pending() {
-                // Nothing to read: the end of the stream as far as hyper knows. The socket
-                // stays registered for readiness, which the parked connection waits on.
-                this.activity.set_parked(true);
-                this.scanner.release();
-                return Poll::Ready(Ok(()));
-            }
-        } else {
-            ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-        }
-        let read = buf.filled().len() - before;
-        let good = this.scan(&buf.filled()[before..]);
-        if good < read {
-            buf.set_filled(before + good);
-            if good == 0 {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "invalid chunked framing",
-                )));
-            }
-        }
-        Poll::Ready(Ok(()))
+        Pin::new(&mut this.inner).poll_read(cx, buf)
     }
 }
 
@@ -190,37 +95,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ClientIo<T> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.activity.is_parked() {
-            // hyper ends a parking connection as if the client had left: keep it open.
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.inner).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
-impl<T: ReadReady> ClientIo<T> {
-    /// Resolves once the client may have sent something (or left).
-    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.replay.has_remaining() || self.prefix.has_remaining() {
-            return Poll::Ready(Ok(()));
-        }
-        self.inner.poll_read_ready(cx)
-    }
-}
-
-/// Moves what fits of `bytes` into `buf`; once all of it is read, lets go of the buffer
-/// `bytes` shares.
-fn take_from(bytes: &mut Bytes, buf: &mut ReadBuf<'_>) {
-    let take = bytes.len().min(buf.remaining());
-    buf.put_slice(&bytes[..take]);
-    bytes.advance(take);
-    if bytes.is_empty() {
-        *bytes = Bytes::new();
-    }
-}
-
-/// A client stream whose readiness a parked connection waits on.
+/// A client stream whose readiness a parked HTTP/1.1 connection waits on.
 pub(crate) trait ReadReady {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }

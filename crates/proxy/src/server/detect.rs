@@ -7,7 +7,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The client connection preface of HTTP/2 (RFC 9113 §3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-/// The first read's buffer: a typical request head fits, and hyper copies it out at once.
+/// The first read's buffer: a typical request head fits, and it stays the HTTP/1.1
+/// connection's read buffer.
 const FIRST_READ: usize = 4096;
 
 /// The protocol of one client connection.
@@ -48,9 +49,9 @@ fn judge(bytes: &[u8]) -> Option<Protocol> {
 pub(super) async fn detect<S: AsyncRead + Unpin>(
     stream: &mut S,
     prefix: Bytes,
-) -> io::Result<Option<(Protocol, Bytes)>> {
+) -> io::Result<Option<(Protocol, BytesMut)>> {
     if let Some(protocol) = judge(&prefix) {
-        return Ok(Some((protocol, prefix)));
+        return Ok(Some((protocol, BytesMut::from(&prefix[..]))));
     }
     let mut read = BytesMut::with_capacity(FIRST_READ.max(prefix.len() + PREFACE.len()));
     read.extend_from_slice(&prefix);
@@ -59,7 +60,7 @@ pub(super) async fn detect<S: AsyncRead + Unpin>(
             return Ok(None);
         }
         if let Some(protocol) = judge(&read) {
-            return Ok(Some((protocol, read.freeze())));
+            return Ok(Some((protocol, read)));
         }
     }
 }
@@ -105,7 +106,7 @@ mod tests {
             .await
             .ok()
             .flatten();
-        let (protocol, read) = detected.unwrap_or((Protocol::Http1, Bytes::new()));
+        let (protocol, read) = detected.unwrap_or((Protocol::Http1, BytesMut::new()));
         assert_eq!(protocol, Protocol::Http2);
         assert!(
             read.starts_with(PREFACE),

@@ -1,4 +1,4 @@
-//! Listeners: accept TCP connections, serve HTTP/1.1 or h2c on each under the client limits, and shut down in phases: drain, stop, finish.
+//! Listeners: accept TCP connections, serve HTTP/1.1 (sluice's own codec) or HTTP/2 (hyper's) on each under the client limits, and shut down in phases: drain, stop, finish.
 //!
 //! The top layer of the proxy crate: it may use `request` (the table handle, the default
 //! timeouts) and every layer below it.
@@ -7,8 +7,8 @@
 //! arrive within the header timeout (from accept, or from the first byte of a later request),
 //! a keep-alive connection closes after the idle timeout, a client that stops reading a
 //! response is cut off, and a client that cancels requests as fast as it sends them (HTTP/2
-//! rapid reset) is disconnected. Every byte read passes the framing scan (`framing.rs`), whose
-//! refusals the handler never sees.
+//! rapid reset) is disconnected. Every HTTP/1.1 head is held to the framing rules
+//! (`framing.rs`) before the handler sees it; a refused head is answered by the listener.
 
 mod accept;
 mod activity;
@@ -30,10 +30,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_TYPE};
-use http::{HeaderValue, Request, Response};
-use http_body_util::{Either, Full};
+use bytes::{Bytes, BytesMut};
+use http::{Request, Response};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -46,13 +44,13 @@ use accept::Acceptor;
 use activity::{ClientTimeouts, ConnectionActivity, RequestActivity};
 use client_io::{ClientIo, ReadReady};
 use detect::Protocol;
-use framing::HeadProblem;
 use http1::Http1;
 use rewound::Rewound;
 use supervisor::supervise;
 use tls::Handshake;
 pub use tls::{TlsSetupError, TlsTerminator};
 
+use crate::client_body::ClientBody;
 use crate::connection::ClientInfo;
 use crate::request::options::DEFAULT_BODY_IDLE_TIMEOUT;
 use crate::shutdown::ShutdownSignal;
@@ -67,8 +65,6 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const DEFAULT_MAX_HEADERS: usize = 100;
 /// `--max-concurrent-streams`: HTTP/2 streams a client may have open at once.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
-/// hyper's own smallest read buffer.
-const MIN_READ_BUFFER: usize = 8 * 1024;
 
 /// A listener's protocol options and client limits.
 #[derive(Clone, Debug)]
@@ -117,21 +113,6 @@ impl ListenerOptions {
         }
     }
 
-    fn http1_builder(&self) -> hyper::server::conn::http1::Builder {
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            // The supervisor times heads itself: hyper's timer would also run while a
-            // keep-alive connection waits between requests.
-            .header_read_timeout(None)
-            .max_buf_size((self.max_header_bytes + 4096).max(MIN_READ_BUFFER));
-        if self.max_headers != DEFAULT_MAX_HEADERS {
-            // hyper allocates header slots on the heap when this is set, so leave its default.
-            builder.max_headers(self.max_headers);
-        }
-        builder
-    }
-
     fn http2_builder(&self) -> http2::Builder<TokioExecutor> {
         let mut builder = http2::Builder::new(TokioExecutor::new());
         builder
@@ -142,10 +123,10 @@ impl ListenerOptions {
     }
 }
 
-/// The response body a listener sends: the handler's, or its own refusal, holding the
-/// request's place on the connection until it ends.
+/// The response body an HTTP/2 stream sends: the handler's, holding the request's place on
+/// the connection until it ends.
 pub(crate) struct ServedBody<B> {
-    inner: Either<B, Full<Bytes>>,
+    inner: B,
     _request: RequestActivity,
 }
 
@@ -161,7 +142,7 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        Pin::new(&mut self.inner).poll_frame(cx).map_err(Into::into)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -182,12 +163,12 @@ trait Handler: Clone + Send + Sync + 'static {
         + 'static;
     type Future: Future<Output = Response<Self::Body>> + Send + 'static;
 
-    fn call(&self, request: Request<Incoming>, client: ClientInfo) -> Self::Future;
+    fn call(&self, request: Request<ClientBody>, client: ClientInfo) -> Self::Future;
 }
 
 impl<F, Fut, B> Handler for F
 where
-    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<ClientBody>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -195,7 +176,7 @@ where
     type Body = B;
     type Future = Fut;
 
-    fn call(&self, request: Request<Incoming>, client: ClientInfo) -> Fut {
+    fn call(&self, request: Request<ClientBody>, client: ClientInfo) -> Fut {
         self(request, client)
     }
 }
@@ -203,7 +184,6 @@ where
 /// Everything a connection task needs from its listener.
 struct Listener<F> {
     handler: F,
-    http1: hyper::server::conn::http1::Builder,
     http2: http2::Builder<TokioExecutor>,
     options: ListenerOptions,
     shutdown: ShutdownSignal,
@@ -221,7 +201,7 @@ pub async fn serve<F, Fut, B>(
     shutdown: ShutdownSignal,
     options: ListenerOptions,
 ) where
-    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<ClientBody>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -238,7 +218,7 @@ pub async fn serve_tls<F, Fut, B>(
     options: ListenerOptions,
     tls: Arc<TlsTerminator>,
 ) where
-    F: Fn(Request<Incoming>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<ClientBody>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -256,7 +236,6 @@ async fn serve_listener<H: Handler>(
     let grace_period = options.grace_period;
     let context = Arc::new(Listener {
         handler,
-        http1: options.http1_builder(),
         http2: options.http2_builder(),
         options,
         shutdown: shutdown.clone(),
@@ -312,31 +291,6 @@ async fn serve_connection<H: Handler>(
 /// An HTTP/1.1 connection's serving, boxed: all that its task holds besides is a pointer.
 type Serving<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
-/// An HTTP/1.1 connection about to serve its first request.
-struct Http1Start<S, H: Handler> {
-    io: ClientIo<S>,
-    service: ClientService<H>,
-    activity: Arc<ConnectionActivity>,
-}
-
-impl<S, H: Handler> Http1Start<S, H>
-where
-    S: AsyncRead + AsyncWrite + ReadReady + Send + Unpin + 'static,
-{
-    fn serving(self, listener: &Listener<H>, peer: SocketAddr) -> Serving<'_> {
-        let options = &listener.options;
-        let http1 = Http1 {
-            builder: &listener.http1,
-            activity: self.activity,
-            timeouts: options.timeouts(),
-            shutdown: &listener.shutdown,
-            metrics: &options.metrics,
-            peer,
-        };
-        Box::pin(http1.serve(self.io, self.service))
-    }
-}
-
 /// Reads the PROXY header, terminates (or passes through) TLS and detects the protocol;
 /// serves HTTP/2 in full, and returns HTTP/1.1's serving.
 async fn prepare<H: Handler>(
@@ -348,8 +302,7 @@ async fn prepare<H: Handler>(
     let options = &listener.options;
     let (mut info, prefix) = client_info(&mut stream, peer, options).await?;
     let Some(tls) = &listener.tls else {
-        let http1 = start_http(stream, prefix, None, info, listener).await?;
-        return Some(http1.serving(listener, peer));
+        return start_http(stream, prefix, None, info, listener).await;
     };
     let handshake = tls.handshake(Rewound::new(stream, prefix));
     let metrics = &options.metrics;
@@ -358,8 +311,7 @@ async fn prepare<H: Handler>(
             metrics.handshakes_succeeded.inc();
             info.tls = Some(session);
             let alpn = Protocol::of_alpn(stream.get_ref().1.alpn_protocol());
-            let http1 = start_http(stream, Bytes::new(), alpn, info, listener).await?;
-            return Some(http1.serving(listener, peer));
+            return start_http(stream, Bytes::new(), alpn, info, listener).await;
         }
         Ok(Ok(Handshake::Passthrough(passthrough))) => {
             let _open = OpenConnection::passthrough(metrics);
@@ -380,23 +332,23 @@ async fn prepare<H: Handler>(
 }
 
 /// Starts HTTP on one connection's byte stream: HTTP/2 (when ALPN or the first bytes say so)
-/// is served here until the connection ends; HTTP/1.1 is returned ready to serve.
+/// is served here until the connection ends; HTTP/1.1's serving is returned.
 async fn start_http<H: Handler, S>(
     mut stream: S,
     prefix: Bytes,
     alpn: Option<Protocol>,
     info: ClientInfo,
     listener: &Listener<H>,
-) -> Option<Http1Start<S, H>>
+) -> Option<Serving<'_>>
 where
     S: AsyncRead + AsyncWrite + ReadReady + Send + Unpin + 'static,
 {
     let options = &listener.options;
     let peer = info.peer;
     let activity = Arc::new(ConnectionActivity::new());
-    let open = Arc::new(OpenConnection::new(&options.metrics));
-    let (protocol, prefix) = match alpn {
-        Some(protocol) => (protocol, prefix),
+    let open = OpenConnection::new(&options.metrics);
+    let (protocol, read) = match alpn {
+        Some(protocol) => (protocol, BytesMut::from(&prefix[..])),
         None => {
             let first_head_due = tokio::time::Instant::now() + options.client_header_timeout;
             let detected = detect::detect(&mut stream, prefix);
@@ -413,32 +365,27 @@ where
             }
         }
     };
-    let parks = protocol == Protocol::Http1;
-    let park_after = parks.then_some(http1::PARK_AFTER);
-    let io = ClientIo::new(
-        stream,
-        prefix,
-        options.max_header_bytes,
-        activity.clone(),
-        park_after,
-    );
+    if protocol == Protocol::Http1 {
+        let http1 = Http1 {
+            listener,
+            activity,
+            info,
+            open,
+            peer,
+        };
+        return Some(Box::pin(http1.serve(stream, read)));
+    }
+    let io = ClientIo::new(stream, read.freeze(), activity.clone());
     let service = ClientService {
-        handler: Box::new(listener.handler.clone()),
+        handler: listener.handler.clone(),
         activity: activity.clone(),
         info,
         open,
     };
-    if parks {
-        return Some(Http1Start {
-            io,
-            service,
-            activity,
-        });
-    }
     let mut connection = listener.http2.serve_connection(TokioIo::new(io), service);
     let stopping = listener.shutdown.clone().wait();
     let timeouts = options.timeouts();
-    supervise(
+    let ended = supervise(
         Pin::new(&mut connection),
         &activity,
         timeouts,
@@ -447,20 +394,22 @@ where
         peer,
     )
     .await;
+    if let Some(Err(error)) = ended {
+        tracing::debug!(%peer, %error, "connection ended with an error");
+    }
     None
 }
 
-/// The requests of one connection, as hyper calls them: each goes to the handler with the
-/// connection's `ClientInfo`, counted in the connection's activity.
+/// The streams of one HTTP/2 connection, as hyper calls them: each goes to the handler with
+/// the connection's `ClientInfo`, counted in the connection's activity.
 struct ClientService<H> {
-    /// Boxed so that the service is `Unpin`, which parking needs, whatever the handler is.
-    handler: Box<H>,
+    handler: H,
     activity: Arc<ConnectionActivity>,
     info: ClientInfo,
-    open: Arc<OpenConnection>,
+    open: OpenConnection,
 }
 
-/// One request's answer, boxed: hyper keeps a pointer between polls instead of moving the
+/// One stream's answer, boxed: hyper keeps a pointer between polls instead of moving the
 /// handler's whole state machine into its own slot.
 type Answering<B> =
     Pin<Box<dyn Future<Output = Result<Response<ServedBody<B>>, Infallible>> + Send>>;
@@ -472,11 +421,10 @@ impl<H: Handler> hyper::service::Service<Request<Incoming>> for ClientService<H>
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         self.open.request(request.version());
+        let request = request.map(ClientBody::from_hyper);
         Box::pin(respond(
-            request,
-            H::clone(&self.handler),
+            self.handler.call(request, self.info.clone()),
             self.activity.request_started(),
-            self.info.clone(),
         ))
     }
 }
@@ -514,47 +462,18 @@ async fn client_info(
     }
 }
 
-/// Answers one request: with a refusal when the framing scan refused its head, else with
-/// the handler's response.
-async fn respond<H: Handler>(
-    request: Request<Incoming>,
-    handler: H,
+/// One stream's answer, holding its place on the connection until its body ends.
+async fn respond<F, B>(
+    answering: F,
     mut activity: RequestActivity,
-    info: ClientInfo,
-) -> Result<Response<ServedBody<H::Body>>, Infallible> {
-    if let Some(problem) = activity.refused_head() {
-        tracing::debug!(client = %info.client, reason = problem.reason(), "refused a request head");
-        activity.answered();
-        return Ok(refusal(problem).map(|body| ServedBody {
-            inner: Either::Right(body),
-            _request: activity,
-        }));
-    }
-    let response = handler.call(request, info).await;
-    if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
-        activity.upgraded();
-    }
+) -> Result<Response<ServedBody<B>>, Infallible>
+where
+    F: Future<Output = Response<B>>,
+{
+    let response = answering.await;
     activity.answered();
     Ok(response.map(|body| ServedBody {
-        inner: Either::Left(body),
+        inner: body,
         _request: activity,
     }))
-}
-
-/// 400 (or 431) for a refused head, closing the connection: the bytes after a head that
-/// cannot be trusted cannot be trusted either.
-fn refusal(problem: HeadProblem) -> Response<Full<Bytes>> {
-    let text = match problem {
-        HeadProblem::TooLarge => "431 request header fields too large\n",
-        _ => "400 bad request\n",
-    };
-    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
-    *response.status_mut() = problem.status();
-    let headers = response.headers_mut();
-    headers.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(CONNECTION, HeaderValue::from_static("close"));
-    response
 }

@@ -1,4 +1,4 @@
-//! A connection's supervisor: drives hyper's connection future while holding it to the client limits, and tells a parked HTTP/1.1 connection from one that ended.
+//! A connection's supervisor: drives a connection's serving future (sluice's HTTP/1.1, hyper's HTTP/2) while holding it to the client limits.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,28 +10,15 @@ use std::error::Error as StdError;
 use hyper::body::{Body, Incoming};
 use hyper::rt::bounds::Http2ServerConnExec;
 use hyper::rt::{Read, Write};
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http2;
 use hyper::service::HttpService;
 
 use super::activity::{ClientTimeouts, ConnectionActivity, Expiry};
 
-/// A hyper server connection: a future that serves until the connection is done, and can be
+/// A connection's serving: a future that serves until the connection is done, and can be
 /// asked to finish what is in flight and stop.
-pub(super) trait Connection: Future<Output = hyper::Result<()>> {
+pub(super) trait Connection: Future {
     fn graceful_shutdown(self: Pin<&mut Self>);
-}
-
-impl<I, B, S> Connection for http1::UpgradeableConnection<I, S>
-where
-    S: HttpService<Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn StdError + Send + Sync>>,
-    I: Read + Write + Unpin + Send + 'static,
-    B: Body + 'static,
-    B::Error: Into<Box<dyn StdError + Send + Sync>>,
-{
-    fn graceful_shutdown(self: Pin<&mut Self>) {
-        http1::UpgradeableConnection::graceful_shutdown(self);
-    }
 }
 
 impl<I, B, S, E> Connection for http2::Connection<I, S, E>
@@ -48,21 +35,12 @@ where
     }
 }
 
-/// How a supervised connection future ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Ended {
-    /// The connection is over: the client left, a limit was hit, or the listener stopped.
-    Closed,
-    /// An idle HTTP/1.1 connection let go of hyper's state; its socket is still open and
-    /// `closing` says whether it should close rather than wait for the next request.
-    Parked { closing: bool },
-}
-
 /// Drives `connection` to its end while holding it to the client limits: a head late, a
 /// response unread or a client cancelling everything closes it at once; idleness and the
-/// listener stopping close it gracefully. With `park_check`, the connection is also polled
-/// at least that often, so that an idle HTTP/1.1 connection parks within about that time
-/// (hyper reads again on each poll, and the stream parks it when there is nothing to read).
+/// listener stopping close it gracefully. With `park_check`, the connection is also polled at
+/// least that often, so that an idle HTTP/1.1 connection notices within about that time
+/// that it may park (and ends its serving to do so). Returns the connection's own end, or
+/// `None` when a limit ended it.
 pub(super) async fn supervise<C: Connection + ?Sized>(
     mut connection: Pin<&mut C>,
     activity: &ConnectionActivity,
@@ -70,8 +48,7 @@ pub(super) async fn supervise<C: Connection + ?Sized>(
     stopping: impl Future<Output = ()>,
     park_check: Option<Duration>,
     peer: SocketAddr,
-) -> Ended {
-    let recheck = park_check.map_or(timeouts.recheck(), |every| every.min(timeouts.recheck()));
+) -> Option<C::Output> {
     tokio::pin!(stopping);
     let mut closing = false;
     loop {
@@ -87,23 +64,15 @@ pub(super) async fn supervise<C: Connection + ?Sized>(
             }
             Some((at, expiry)) if at <= now => {
                 log_expiry(expiry, peer);
-                return Ended::Closed;
+                return None;
             }
             _ => {}
         }
+        let recheck = park_check.map_or(timeouts.recheck(), |every| every.min(timeouts.recheck()));
         let look_again = now + recheck;
         let wake = due.map_or(look_again, |(at, _)| at.min(look_again));
         tokio::select! {
-            result = connection.as_mut() => {
-                if let Err(error) = result {
-                    tracing::debug!(%peer, %error, "connection ended with an error");
-                    return Ended::Closed;
-                }
-                return match activity.is_parked() {
-                    true => Ended::Parked { closing },
-                    false => Ended::Closed,
-                };
-            }
+            ended = connection.as_mut() => return Some(ended),
             () = &mut stopping, if !closing => {
                 connection.as_mut().graceful_shutdown();
                 closing = true;

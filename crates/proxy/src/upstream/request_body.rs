@@ -10,10 +10,11 @@ use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::request::Parts;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::client_body::{BodyReadError, ClientBody};
 use crate::error::{ProxyError, UpstreamError};
 use crate::upstream::idle::{poll_watched, IdleTimer, Watched};
 
@@ -26,7 +27,7 @@ pub(crate) enum UpstreamBody {
     /// The whole body (`None` once it has been taken, or when it is empty).
     Buffered(Option<Bytes>),
     Streamed {
-        body: ClientBody,
+        body: LimitedBody,
         progress: Arc<UploadProgress>,
     },
 }
@@ -37,7 +38,7 @@ pub(crate) enum RequestBody {
     Replayable(Bytes),
     /// Streamed from the client: only the attempt that takes it can send it, and it is given
     /// back when that attempt never reached the endpoint.
-    Streaming(Option<ClientBody>),
+    Streaming(Option<LimitedBody>),
 }
 
 /// What limits a request body.
@@ -55,7 +56,7 @@ impl RequestBody {
     /// most `replay_limit`, and streams it otherwise.
     pub(crate) async fn prepare(
         parts: &Parts,
-        body: Incoming,
+        body: ClientBody,
         limits: BodyLimits,
         may_replay: bool,
         replay_limit: usize,
@@ -72,7 +73,7 @@ impl RequestBody {
                 return Err(ProxyError::BodyTooLarge);
             }
         }
-        let body = ClientBody::new(body, limits);
+        let body = LimitedBody::new(body, limits);
         match declared {
             Some(length) if may_replay && length <= replay_limit as u64 => {
                 let collected =
@@ -248,7 +249,7 @@ pub(crate) enum ClientBodyError {
     #[error("the client paused the request body for longer than the idle timeout")]
     Stalled,
     #[error("reading the request body failed")]
-    Read(#[source] hyper::Error),
+    Read(#[source] BodyReadError),
 }
 
 impl ClientBodyError {
@@ -278,15 +279,15 @@ impl ClientBodyError {
 }
 
 /// A request body streamed from the client, within its size limit and idle timeout.
-pub(crate) struct ClientBody {
-    inner: Incoming,
+pub(crate) struct LimitedBody {
+    inner: ClientBody,
     max_size: Option<u64>,
     received: u64,
     idle: IdleTimer,
 }
 
-impl ClientBody {
-    fn new(inner: Incoming, limits: BodyLimits) -> Self {
+impl LimitedBody {
+    fn new(inner: ClientBody, limits: BodyLimits) -> Self {
         Self {
             inner,
             max_size: limits.max_size,
@@ -296,7 +297,7 @@ impl ClientBody {
     }
 }
 
-impl Body for ClientBody {
+impl Body for LimitedBody {
     type Data = Bytes;
     type Error = ClientBodyError;
 

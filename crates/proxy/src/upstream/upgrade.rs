@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use http::header::{CONNECTION, UPGRADE};
 use http::{HeaderMap, HeaderValue, Request, Version};
-use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::shutdown::ShutdownSignal;
+use crate::switch::PendingSwitch;
 use crate::upstream::health::InFlight;
 use crate::upstream::http1::Http1Connection;
 
@@ -93,17 +92,16 @@ impl Drop for TunnelGuard {
 /// before the head goes upstream.
 pub(crate) struct ClientUpgrade {
     protocol: HeaderValue,
-    on_upgrade: OnUpgrade,
+    switch: PendingSwitch,
 }
 
 impl ClientUpgrade {
-    /// The upgrade `request` asks for, when it asks for one the proxy passes on.
+    /// The upgrade `request` asks for, when it asks for one the proxy passes on (and its
+    /// connection can switch).
     pub(crate) fn take<B>(request: &mut Request<B>) -> Option<Self> {
         let protocol = requested_upgrade(request)?;
-        Some(Self {
-            protocol,
-            on_upgrade: hyper::upgrade::on(request),
-        })
+        let switch = request.extensions_mut().remove::<PendingSwitch>()?;
+        Some(Self { protocol, switch })
     }
 
     /// Puts the upgrade back on the head that goes upstream (this hop's headers were removed).
@@ -152,7 +150,7 @@ impl Tunnels {
         in_flight: InFlight,
     ) {
         tokio::spawn(tunnel(
-            client.on_upgrade,
+            client.switch,
             endpoint,
             in_flight,
             self.idle_timeout,
@@ -165,14 +163,14 @@ impl Tunnels {
 /// Joins the client's upgraded connection, once it has switched, to the endpoint's, keeping
 /// the endpoint's in-flight count until the tunnel ends.
 pub(crate) async fn tunnel(
-    client: OnUpgrade,
+    client: PendingSwitch,
     endpoint: Http1Connection,
     in_flight: InFlight,
     idle_timeout: Duration,
     shutdown: Option<TunnelShutdown>,
     guard: TunnelGuard,
 ) {
-    let client = match client.await {
+    let client = match client.switched().await {
         Ok(client) => client,
         Err(error) => {
             tracing::debug!(%error, "an upgrade did not complete");
@@ -180,7 +178,7 @@ pub(crate) async fn tunnel(
         }
     };
     let activity = Arc::new(Activity::new());
-    let mut client = Tracked::new(TokioIo::new(client), activity.clone());
+    let mut client = Tracked::new(client, activity.clone());
     let mut endpoint = Tracked::new(endpoint, activity.clone());
     let copy = tokio::io::copy_bidirectional(&mut client, &mut endpoint);
     tokio::pin!(copy);
