@@ -195,9 +195,10 @@ impl<'a, H: Handler> Http1<'a, H> {
                     return Ending::Abort;
                 }
             };
-            // Boxed: the exchange's state (the answer, its body, the writing) lives only while
-            // a request does.
-            match Box::pin(self.exchange(connection, head)).await {
+            // Not boxed: this future lives only while the connection serves (parking drops
+            // it), so the exchange's state in it costs an idle connection nothing, and a box
+            // would be an allocation and a copy per request.
+            match self.exchange(connection, head).await {
                 Next::Request => {}
                 Next::End(ending) => return ending,
             }
@@ -243,13 +244,17 @@ impl<'a, H: Handler> Http1<'a, H> {
         self.open.request(version);
         let mut activity = self.activity.request_started();
         let request = Request::from_parts(parts, client_body);
-        let mut answering = Box::pin(self.listener.handler.call(request, self.info.clone()));
-        let answer = poll_fn(|cx| match answering.as_mut().poll(cx) {
-            Poll::Ready(response) => Poll::Ready(Some(response)),
-            Poll::Pending => connection.poll_client_gone(cx).map(|ClientGone| None),
-        })
-        .await;
-        drop(answering);
+        // The handler's future is pinned here, not boxed, and dropped at the end of this block:
+        // when the client leaves first, that cancels the request.
+        let answer = {
+            let answering = self.listener.handler.call(request, self.info.clone());
+            let mut answering = std::pin::pin!(answering);
+            poll_fn(|cx| match answering.as_mut().poll(cx) {
+                Poll::Ready(response) => Poll::Ready(Some(response)),
+                Poll::Pending => connection.poll_client_gone(cx).map(|ClientGone| None),
+            })
+            .await
+        };
         let Some(response) = answer else {
             tracing::debug!(peer = %self.peer, "the client left before its answer");
             return Next::End(Ending::Abort);
