@@ -21,6 +21,19 @@ pub struct ClientInfo {
     /// On a Gateway listener's socket: the address it is bound on, which selects the
     /// Gateway listeners whose routes the request is matched against.
     pub gateway_socket: Option<SocketAddr>,
+    /// The forwarding header values that describe the connection, made once for all its
+    /// requests.
+    pub(crate) forwarded: ForwardedValues,
+}
+
+/// What the forwarding headers say of a connection: the client's address (`X-Real-IP`,
+/// `X-Forwarded-For`) and the port it connected to (`X-Forwarded-Port`). Made when the
+/// connection is accepted, so that a keep-alive request clones them rather than formatting
+/// and allocating them again.
+#[derive(Clone, Debug)]
+pub(crate) struct ForwardedValues {
+    pub(crate) client: http::HeaderValue,
+    pub(crate) port: http::HeaderValue,
 }
 
 /// What a request knows about the TLS connection it arrived on.

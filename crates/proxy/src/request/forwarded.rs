@@ -7,13 +7,13 @@
 //! `X-Forwarded-For`, and the real client is the rightmost address in that list that is not
 //! itself a trusted proxy.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, FORWARDED};
 use ipnet::IpNet;
 
-use crate::connection::ClientInfo;
+use crate::connection::{ClientInfo, ForwardedValues};
 use crate::headers::forwarded_for;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -117,7 +117,10 @@ impl Forwarding {
         request_id: &HeaderValue,
     ) {
         let peer = canonical(info.client.ip());
-        let real_client = address_value(self.real_client);
+        let real_client = match self.real_client == peer {
+            true => info.forwarded.client.clone(),
+            false => address_value(self.real_client),
+        };
         let proto = HeaderValue::from_static(if info.tls.is_some() { "https" } else { "http" });
         if self.trusted {
             let chain = forwarded_for(headers);
@@ -246,7 +249,15 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
 }
 
 fn port_value(info: &ClientInfo) -> HeaderValue {
-    HeaderValue::from(info.server.port())
+    info.forwarded.port.clone()
+}
+
+/// What the forwarding headers say of a connection from `client` to `server`, made once.
+pub(crate) fn forwarded_values(client: SocketAddr, server: SocketAddr) -> ForwardedValues {
+    ForwardedValues {
+        client: address_value(canonical(client.ip())),
+        port: HeaderValue::from(server.port()),
+    }
 }
 
 fn keep_or_insert(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
@@ -259,12 +270,14 @@ mod tests {
 
     fn info(client: &str) -> ClientInfo {
         let client = client.parse().unwrap_or_else(|e| panic!("{client}: {e}"));
+        let server = "127.0.0.1:8080".parse().unwrap_or_else(|e| panic!("{e}"));
         ClientInfo {
             peer: client,
             client,
-            server: "127.0.0.1:8080".parse().unwrap_or_else(|e| panic!("{e}")),
+            server,
             tls: None,
             gateway_socket: None,
+            forwarded: forwarded_values(client, server),
         }
     }
 

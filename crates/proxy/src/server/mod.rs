@@ -437,29 +437,28 @@ async fn client_info(
     options: &ListenerOptions,
 ) -> Option<(ClientInfo, Bytes)> {
     let server = stream.local_addr().unwrap_or(peer);
-    let mut info = ClientInfo {
+    let (client, server, rest) = match options.proxy_protocol {
+        false => (peer, server, Bytes::new()),
+        true => match proxy_protocol::read_header(stream, options.client_header_timeout).await {
+            Ok(header) => {
+                let (client, server) = header.addresses.unwrap_or((peer, server));
+                (client, server, header.rest)
+            }
+            Err(error) => {
+                tracing::debug!(%peer, %error, "closed a connection without a valid PROXY header");
+                return None;
+            }
+        },
+    };
+    let info = ClientInfo {
         peer,
-        client: peer,
+        client,
         server,
         tls: None,
         gateway_socket: options.gateway_socket,
+        forwarded: crate::request::forwarded::forwarded_values(client, server),
     };
-    if !options.proxy_protocol {
-        return Some((info, Bytes::new()));
-    }
-    match proxy_protocol::read_header(stream, options.client_header_timeout).await {
-        Ok(header) => {
-            if let Some((client, server)) = header.addresses {
-                info.client = client;
-                info.server = server;
-            }
-            Some((info, header.rest))
-        }
-        Err(error) => {
-            tracing::debug!(%peer, %error, "closed a connection without a valid PROXY header");
-            None
-        }
-    }
+    Some((info, rest))
 }
 
 /// One stream's answer, holding its place on the connection until its body ends.
