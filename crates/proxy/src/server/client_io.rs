@@ -99,14 +99,26 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ClientIo<T> {
     }
 }
 
-/// A client stream whose readiness a parked HTTP/1.1 connection waits on.
+/// What the HTTP/1.1 codec needs of a client stream besides reading and writing: its
+/// readiness, which a parked connection waits on, and how it says goodbye.
 pub(crate) trait ReadReady {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+
+    /// Whether closing needs a goodbye written first (TLS's close_notify). A plain socket
+    /// needs none: closing it sends the FIN that shutting its write side would, so the
+    /// shutdown call is saved.
+    fn says_goodbye(&self) -> bool {
+        true
+    }
 }
 
 impl ReadReady for tokio::net::TcpStream {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         tokio::net::TcpStream::poll_read_ready(self, cx)
+    }
+
+    fn says_goodbye(&self) -> bool {
+        false
     }
 }
 

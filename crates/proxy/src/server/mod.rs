@@ -186,6 +186,9 @@ struct Listener<F> {
     handler: F,
     http2: http2::Builder<TokioExecutor>,
     options: ListenerOptions,
+    /// The listening socket's address, when it names one IP: every connection's own address
+    /// then, which saves a getsockname per connection.
+    address: Option<SocketAddr>,
     shutdown: ShutdownSignal,
     /// Terminates TLS first, on the TLS listener.
     tls: Option<Arc<TlsTerminator>>,
@@ -234,8 +237,13 @@ async fn serve_listener<H: Handler>(
     tls: Option<Arc<TlsTerminator>>,
 ) {
     let grace_period = options.grace_period;
+    let address = listener
+        .local_addr()
+        .ok()
+        .filter(|address| !address.ip().is_unspecified());
     let context = Arc::new(Listener {
         handler,
+        address,
         http2: options.http2_builder(),
         options,
         shutdown: shutdown.clone(),
@@ -300,7 +308,7 @@ async fn prepare<H: Handler>(
 ) -> Option<Serving<'_>> {
     let _ = stream.set_nodelay(true);
     let options = &listener.options;
-    let (mut info, prefix) = client_info(&mut stream, peer, options).await?;
+    let (mut info, prefix) = client_info(&mut stream, peer, listener.address, options).await?;
     let Some(tls) = &listener.tls else {
         return start_http(stream, prefix, None, info, listener).await;
     };
@@ -434,9 +442,13 @@ impl<H: Handler> hyper::service::Service<Request<Incoming>> for ClientService<H>
 async fn client_info(
     stream: &mut TcpStream,
     peer: SocketAddr,
+    listening: Option<SocketAddr>,
     options: &ListenerOptions,
 ) -> Option<(ClientInfo, Bytes)> {
-    let server = stream.local_addr().unwrap_or(peer);
+    let server = match listening {
+        Some(address) => address,
+        None => stream.local_addr().unwrap_or(peer),
+    };
     let (client, server, rest) = match options.proxy_protocol {
         false => (peer, server, Bytes::new()),
         true => match proxy_protocol::read_header(stream, options.client_header_timeout).await {

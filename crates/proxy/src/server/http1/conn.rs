@@ -298,12 +298,17 @@ where
     }
 
     /// The connection's end as the client sees it: its write side closed (and on TLS, a
-    /// close_notify sent).
-    pub(super) fn poll_shutdown(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// close_notify sent). A plain socket about to be closed needs no shutdown (closing sends
+    /// the FIN), unless `still_held`: a request body kept elsewhere keeps the socket open.
+    pub(super) fn poll_shutdown(
+        &self,
+        cx: &mut Context<'_>,
+        still_held: bool,
+    ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
         match &mut state.io {
-            Some(io) => Pin::new(io).poll_shutdown(cx),
-            None => Poll::Ready(Ok(())),
+            Some(io) if still_held || io.says_goodbye() => Pin::new(io).poll_shutdown(cx),
+            _ => Poll::Ready(Ok(())),
         }
     }
 
