@@ -95,6 +95,16 @@ impl ConnectionActivity {
         self.upgraded.load(Ordering::Relaxed)
     }
 
+    /// Since when the connection has been idle: nothing in flight, nothing of the next head,
+    /// and a request answered; `None` otherwise.
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
+        let since = self.idle_since.load(Ordering::Acquire);
+        let idle = self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_started.load(Ordering::Acquire) == UNSET
+            && since != UNSET;
+        idle.then(|| self.at(since))
+    }
+
     /// Whether the connection may be parked now: a request was answered at least `idle` ago
     /// and nothing of the next one has arrived, no request is in flight, every byte written
     /// went out, and the connection still speaks HTTP.

@@ -37,10 +37,13 @@ where
 
 /// Drives `connection` to its end while holding it to the client limits: a head late, a
 /// response unread or a client cancelling everything closes it at once; idleness and the
-/// listener stopping close it gracefully. With `park_check`, the connection is also polled at
-/// least that often, so that an idle HTTP/1.1 connection notices within about that time
-/// that it may park (and ends its serving to do so). Returns the connection's own end, or
-/// `None` when a limit ended it.
+/// listener stopping close it gracefully. Returns the connection's own end, or `None` when a
+/// limit ended it.
+///
+/// With `park_check`, an idle HTTP/1.1 connection is polled once it has been idle that long,
+/// so that it notices it may park (and ends its serving to do so). A busy connection is looked
+/// at less and less often, up to [`MAX_PARK_CHECK`] apart: with hundreds of busy connections,
+/// a look every 50 ms each was a timer and a round of polls every few requests.
 pub(super) async fn supervise<C: Connection + ?Sized>(
     mut connection: Pin<&mut C>,
     activity: &ConnectionActivity,
@@ -50,7 +53,12 @@ pub(super) async fn supervise<C: Connection + ?Sized>(
     peer: SocketAddr,
 ) -> Option<C::Output> {
     tokio::pin!(stopping);
+    let abusive = activity.turned_abusive();
+    tokio::pin!(abusive);
+    let sleep = tokio::time::sleep(timeouts.recheck());
+    tokio::pin!(sleep);
     let mut closing = false;
+    let mut busy_for = Duration::ZERO;
     loop {
         let due = activity
             .deadline(&timeouts)
@@ -68,20 +76,41 @@ pub(super) async fn supervise<C: Connection + ?Sized>(
             }
             _ => {}
         }
-        let recheck = park_check.map_or(timeouts.recheck(), |every| every.min(timeouts.recheck()));
-        let look_again = now + recheck;
-        let wake = due.map_or(look_again, |(at, _)| at.min(look_again));
+        let look_again = match park_check {
+            None => now + timeouts.recheck(),
+            Some(after) => match activity.idle_since() {
+                // Idle: due to park once idle for `after`.
+                Some(since) if since + after > now => {
+                    busy_for = Duration::ZERO;
+                    since + after
+                }
+                Some(_) => now + after,
+                // Busy: look again later each time it is still busy.
+                None => {
+                    busy_for = (busy_for * 2).clamp(after, MAX_PARK_CHECK);
+                    now + busy_for
+                }
+            },
+        };
+        let look_again = look_again.min(now + timeouts.recheck());
+        sleep
+            .as_mut()
+            .reset(due.map_or(look_again, |(at, _)| at.min(look_again)));
         tokio::select! {
             ended = connection.as_mut() => return Some(ended),
             () = &mut stopping, if !closing => {
                 connection.as_mut().graceful_shutdown();
                 closing = true;
             }
-            () = activity.turned_abusive() => {}
-            () = tokio::time::sleep_until(wake) => {}
+            // The notification is spent: a new one waits for the next.
+            () = &mut abusive => abusive.set(activity.turned_abusive()),
+            () = &mut sleep => {}
         }
     }
 }
+
+/// The longest a busy HTTP/1.1 connection goes without a look at whether it may park.
+const MAX_PARK_CHECK: Duration = Duration::from_millis(800);
 
 pub(super) fn log_expiry(expiry: Expiry, peer: SocketAddr) {
     match expiry {
