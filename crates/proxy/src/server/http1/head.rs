@@ -162,13 +162,35 @@ pub(super) fn parse(read: &mut BytesMut, limits: HeadLimits, fields: &mut Vec<Fi
 
 /// Whether a head httparse parsed has a line that ends in LF alone. httparse lets a bare LF
 /// end a line but refuses a CR that no LF follows, so every CR of a parsed head has its LF,
-/// and some LF lacks its CR exactly when there are more LFs than CRs. Two counting passes
-/// vectorise; finding each line break with memchr cost about 480 instructions a head
-/// (bench/instructions).
+/// and some LF lacks its CR exactly when there are more LFs than CRs. Both are counted in one
+/// pass, eight bytes at a time; finding each line break with memchr cost about 480
+/// instructions a head, and two `filter().count()` passes about 700 (bench/instructions).
 fn has_bare_line_feed(head: &[u8]) -> bool {
-    let feeds = head.iter().filter(|&&byte| byte == b'\n').count();
-    let returns = head.iter().filter(|&&byte| byte == b'\r').count();
+    let mut words = head.chunks_exact(8);
+    let mut feeds = 0;
+    let mut returns = 0;
+    for word in &mut words {
+        let word = u64::from_le_bytes([
+            word[0], word[1], word[2], word[3], word[4], word[5], word[6], word[7],
+        ]);
+        feeds += zero_bytes(word ^ (ONES * u64::from(b'\n')));
+        returns += zero_bytes(word ^ (ONES * u64::from(b'\r')));
+    }
+    for &byte in words.remainder() {
+        feeds += u32::from(byte == b'\n');
+        returns += u32::from(byte == b'\r');
+    }
     feeds != returns
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const LOW_SEVEN: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+
+/// How many bytes of `word` are zero: adding 0x7f to a byte's low seven bits sets its top
+/// bit unless all of them were zero, and the byte's own top bit rules out the rest.
+fn zero_bytes(word: u64) -> u32 {
+    let carried = (word & LOW_SEVEN).wrapping_add(LOW_SEVEN);
+    (!(carried | word | LOW_SEVEN)).count_ones()
 }
 
 /// What the framing and connection headers of one head say, as they are read.
@@ -396,6 +418,20 @@ mod tests {
         ];
         for (head, problem) in cases {
             assert_eq!(refusal(head), Some(problem), "{head:?}");
+        }
+    }
+
+    #[test]
+    fn zero_bytes_are_counted_whatever_their_neighbours() {
+        for value in 0..=u8::MAX {
+            for position in 0..8 {
+                for filler in [0x01u8, 0x41, 0x7f, 0x80, 0xff] {
+                    let mut bytes = [filler; 8];
+                    bytes[position] = value;
+                    let expected = bytes.iter().filter(|&&b| b == 0).count() as u32;
+                    assert_eq!(zero_bytes(u64::from_le_bytes(bytes)), expected, "{bytes:?}");
+                }
+            }
         }
     }
 
