@@ -429,9 +429,13 @@ impl<H: Handler> hyper::service::Service<Request<Incoming>> for ClientService<H>
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         self.open.request(request.version());
-        let request = request.map(ClientBody::from_hyper);
+        // The handler's future is made inside the box: made here, its whole state (the
+        // forwarding future is not boxed) was copied into the box, 8.6 KB a stream
+        // (callgrind, h2c).
         Box::pin(respond(
-            self.handler.call(request, self.info.clone()),
+            self.handler.clone(),
+            request.map(ClientBody::from_hyper),
+            self.info.clone(),
             self.activity.request_started(),
         ))
     }
@@ -474,14 +478,13 @@ async fn client_info(
 }
 
 /// One stream's answer, holding its place on the connection until its body ends.
-async fn respond<F, B>(
-    answering: F,
+async fn respond<H: Handler>(
+    handler: H,
+    request: Request<ClientBody>,
+    info: ClientInfo,
     mut activity: RequestActivity,
-) -> Result<Response<ServedBody<B>>, Infallible>
-where
-    F: Future<Output = Response<B>>,
-{
-    let response = answering.await;
+) -> Result<Response<ServedBody<H::Body>>, Infallible> {
+    let response = handler.call(request, info).await;
     activity.answered();
     Ok(response.map(|body| ServedBody {
         inner: body,
