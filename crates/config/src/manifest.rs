@@ -110,7 +110,8 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "Ingress" | "IngressClass" => "networking.k8s.io/v1",
         "Service" | "Secret" | "ConfigMap" | "Namespace" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
-        "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant" => {
+        "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute"
+        | "ReferenceGrant" => {
             return gateway_object(value, &api_version, &kind);
         }
         "Middleware" if is_traefik(&api_version) => {
@@ -152,12 +153,21 @@ fn parse_object(value: Value) -> Result<Document, String> {
 }
 
 /// A Gateway API object: `gateway.networking.k8s.io/v1`, or `v1beta1`, which the upstream CRDs
-/// still serve with the same schema.
+/// still serve with the same schema; TLSRoute and TCPRoute also as `v1alpha2` (and TLSRoute
+/// `v1alpha3`), the versions they had before they became standard, with the fields sluice
+/// reads unchanged.
 fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Document, String> {
     let version = api_version
         .strip_prefix(crate::gateway::GATEWAY_GROUP)
         .and_then(|rest| rest.strip_prefix('/'));
-    if !matches!(version, Some("v1" | "v1beta1")) {
+    let stream_route = matches!(kind, "TLSRoute" | "TCPRoute");
+    let read = match version {
+        Some("v1" | "v1beta1") => true,
+        Some("v1alpha2") => stream_route,
+        Some("v1alpha3") => kind == "TLSRoute",
+        _ => false,
+    };
+    if !read {
         return Err(format!(
             "apiVersion: {kind} {api_version} is not supported; sluice reads {kind} {}/v1",
             crate::gateway::GATEWAY_GROUP
@@ -168,6 +178,8 @@ fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Documen
         "Gateway" => KubeObject::Gateway(typed(value)?),
         "HTTPRoute" => KubeObject::HttpRoute(typed(value)?),
         "GRPCRoute" => KubeObject::GrpcRoute(typed(value)?),
+        "TLSRoute" => KubeObject::TlsRoute(typed(value)?),
+        "TCPRoute" => KubeObject::TcpRoute(typed(value)?),
         _ => KubeObject::ReferenceGrant(typed(value)?),
     };
     named(object)

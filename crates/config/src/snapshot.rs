@@ -7,7 +7,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::gateway::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant};
+use crate::gateway::{
+    Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute,
+};
 use crate::traefik::Middleware;
 
 /// Namespace given to namespaced objects that do not name one, as `kubectl apply` does.
@@ -54,6 +56,8 @@ pub enum KubeObject {
     Gateway(Gateway),
     HttpRoute(HttpRoute),
     GrpcRoute(GrpcRoute),
+    TlsRoute(TlsRoute),
+    TcpRoute(TcpRoute),
     ReferenceGrant(ReferenceGrant),
     /// Read for its labels, which Gateway listeners select route namespaces by.
     Namespace(Namespace),
@@ -74,6 +78,8 @@ impl KubeObject {
             Self::Gateway(_) => "Gateway",
             Self::HttpRoute(_) => "HTTPRoute",
             Self::GrpcRoute(_) => "GRPCRoute",
+            Self::TlsRoute(_) => "TLSRoute",
+            Self::TcpRoute(_) => "TCPRoute",
             Self::ReferenceGrant(_) => "ReferenceGrant",
             Self::Namespace(_) => "Namespace",
             Self::Middleware(_) => "Middleware",
@@ -92,6 +98,8 @@ impl KubeObject {
             Self::Gateway(o) => &o.metadata,
             Self::HttpRoute(o) => &o.metadata,
             Self::GrpcRoute(o) => &o.metadata,
+            Self::TlsRoute(o) => &o.metadata,
+            Self::TcpRoute(o) => &o.metadata,
             Self::ReferenceGrant(o) => &o.metadata,
             Self::Namespace(o) => &o.metadata,
             Self::Middleware(o) => &o.metadata,
@@ -110,6 +118,8 @@ impl KubeObject {
             Self::Gateway(o) => &mut o.metadata,
             Self::HttpRoute(o) => &mut o.metadata,
             Self::GrpcRoute(o) => &mut o.metadata,
+            Self::TlsRoute(o) => &mut o.metadata,
+            Self::TcpRoute(o) => &mut o.metadata,
             Self::ReferenceGrant(o) => &mut o.metadata,
             Self::Namespace(o) => &mut o.metadata,
             Self::Middleware(o) => &mut o.metadata,
@@ -134,6 +144,8 @@ pub struct Snapshot {
     pub gateways: BTreeMap<ObjectKey, Gateway>,
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub grpc_routes: BTreeMap<ObjectKey, GrpcRoute>,
+    pub tls_routes: BTreeMap<ObjectKey, TlsRoute>,
+    pub tcp_routes: BTreeMap<ObjectKey, TcpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Namespace is cluster-scoped: keyed by name alone. Only Gateway listeners read it.
     pub namespaces: BTreeMap<String, Namespace>,
@@ -175,6 +187,12 @@ impl Snapshot {
             }
             KubeObject::GrpcRoute(o) => {
                 self.grpc_routes.insert(key, o);
+            }
+            KubeObject::TlsRoute(o) => {
+                self.tls_routes.insert(key, o);
+            }
+            KubeObject::TcpRoute(o) => {
+                self.tcp_routes.insert(key, o);
             }
             KubeObject::ReferenceGrant(o) => {
                 self.reference_grants.insert(key, o);
@@ -222,6 +240,12 @@ impl Snapshot {
             KubeObject::GrpcRoute(_) => {
                 self.grpc_routes.remove(&key);
             }
+            KubeObject::TlsRoute(_) => {
+                self.tls_routes.remove(&key);
+            }
+            KubeObject::TcpRoute(_) => {
+                self.tcp_routes.remove(&key);
+            }
             KubeObject::ReferenceGrant(_) => {
                 self.reference_grants.remove(&key);
             }
@@ -248,6 +272,8 @@ impl Snapshot {
             KubeObject::Gateway(_) => self.gateways.get(&key).map(|o| &o.metadata),
             KubeObject::HttpRoute(_) => self.http_routes.get(&key).map(|o| &o.metadata),
             KubeObject::GrpcRoute(_) => self.grpc_routes.get(&key).map(|o| &o.metadata),
+            KubeObject::TlsRoute(_) => self.tls_routes.get(&key).map(|o| &o.metadata),
+            KubeObject::TcpRoute(_) => self.tcp_routes.get(&key).map(|o| &o.metadata),
             KubeObject::ReferenceGrant(_) => self.reference_grants.get(&key).map(|o| &o.metadata),
             KubeObject::Namespace(_) => self.namespaces.get(&key.name).map(|o| &o.metadata),
             KubeObject::Middleware(_) => self.middlewares.get(&key).map(|o| &o.metadata),
@@ -268,6 +294,8 @@ impl Snapshot {
             KubeObject::Gateway(o) => self.gateways.get(&key) == Some(o),
             KubeObject::HttpRoute(o) => self.http_routes.get(&key) == Some(o),
             KubeObject::GrpcRoute(o) => self.grpc_routes.get(&key) == Some(o),
+            KubeObject::TlsRoute(o) => self.tls_routes.get(&key) == Some(o),
+            KubeObject::TcpRoute(o) => self.tcp_routes.get(&key) == Some(o),
             KubeObject::ReferenceGrant(o) => self.reference_grants.get(&key) == Some(o),
             KubeObject::Namespace(o) => self.namespaces.get(&key.name) == Some(o),
             KubeObject::Middleware(o) => self.middlewares.get(&key) == Some(o),

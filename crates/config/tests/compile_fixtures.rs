@@ -23,6 +23,9 @@ struct Expectations {
     options: Options,
     #[serde(default)]
     requests: Vec<ExpectedRequest>,
+    /// Connections to Gateway TLS and TCP sockets, routed once each.
+    #[serde(default)]
+    connections: Vec<ExpectedConnection>,
     #[serde(default)]
     diagnostics: Vec<ExpectedDiagnostic>,
     /// The Gateway API status report (`Compiled::gateways`) as JSON; only the keys given are
@@ -70,6 +73,21 @@ struct ExpectedRequest {
     /// The route policy as JSON (`serde_json::to_value(&RoutePolicy)`); only the keys given are
     /// compared, recursively through objects.
     policy: Option<Value>,
+}
+
+/// A connection to a Gateway TLS or TCP socket: which backend its server name reaches.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ExpectedConnection {
+    socket: std::net::SocketAddr,
+    /// The ClientHello's server name (none on TCP).
+    #[serde(default)]
+    server_name: String,
+    /// `passthrough` or `terminate` on a TLS socket; absent on TCP, or when no listener takes
+    /// the name (`backend` is null then).
+    tls: Option<String>,
+    /// The backend id (first weighted backendRef), or null: the connection is closed.
+    backend: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -191,6 +209,9 @@ fn check(path: &Path) -> Vec<String> {
             }
         }
     }
+    for connection in &expected.connections {
+        failures.extend(check_connection(&compiled.table, connection));
+    }
     let sites = sluice_routing::TableView::of(&compiled.table).tls;
     for (host, certificate) in &expected.tls {
         let actual = sites.get(host).map(|site| site.certificate.clone());
@@ -259,6 +280,43 @@ fn lookup<'t>(
         Err(sluice_routing::GatewayMiss::NoRoute) => (None, 404),
         Err(sluice_routing::GatewayMiss::NoBackend) => (None, 500),
     }
+}
+
+/// A connection's TLS mode and backend as the table routes it, against the fixture's.
+fn check_connection(
+    table: &sluice_routing::RoutingTable,
+    expected: &ExpectedConnection,
+) -> Vec<String> {
+    let gateways = table.gateways();
+    let (socket, name) = (expected.socket, expected.server_name.as_str());
+    let mut failures = Vec::new();
+    let mode = gateways.tls_mode(socket, name).map(|mode| match mode {
+        sluice_routing::TlsMode::Passthrough => "passthrough",
+        sluice_routing::TlsMode::Terminate(_) => "terminate",
+    });
+    let tls_socket = gateways
+        .addresses()
+        .contains(&(socket, sluice_routing::SocketProtocol::Tls));
+    if tls_socket && mode != expected.tls.as_deref() {
+        failures.push(format!(
+            "{socket} {name:?}: expected TLS mode {:?}, got {mode:?}",
+            expected.tls
+        ));
+    }
+    let backend = match gateways.stream_lookup(socket, name, |_| 1) {
+        sluice_routing::GatewayOutcome::Matched { choice, .. } => choice
+            .and_then(|choice| choice.backend)
+            .and_then(|index| table.backend(index))
+            .map(|backend| backend.id().as_str().to_owned()),
+        sluice_routing::GatewayOutcome::NoRoute => None,
+    };
+    if backend != expected.backend {
+        failures.push(format!(
+            "{socket} {name:?}: expected backend {:?}, got {backend:?}",
+            expected.backend
+        ));
+    }
+    failures
 }
 
 /// Compares `expected` with `actual`: objects by the keys `expected` gives, lists of the same

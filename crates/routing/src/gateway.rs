@@ -315,6 +315,19 @@ impl ListenerRules {
         }
     }
 
+    /// The first rule served under `host` (exact name, then the longest wildcard, then any),
+    /// whatever it matches: a stream has no request to match.
+    fn first(&self, host: &str) -> Option<&GatewayRule> {
+        if let Some(rule) = self.exact.get(host).and_then(|rules| rules.first()) {
+            return Some(rule);
+        }
+        let wildcard = self.wildcards.iter().find_map(|(suffix, rules)| {
+            let under = host.len() > suffix.len() && host.ends_with(&**suffix);
+            under.then(|| rules.first()).flatten()
+        });
+        wildcard.or_else(|| self.any.first())
+    }
+
     fn find(&self, host: &str, request: &RequestFacts<'_>) -> Option<&GatewayRule> {
         fn first<'r>(
             rules: &'r [GatewayRule],
@@ -343,12 +356,51 @@ struct SocketListener {
     rules: ListenerRules,
 }
 
+/// What a Gateway socket speaks: one protocol per socket, as the listeners bound on it agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SocketProtocol {
+    /// HTTP/1.1 and h2c.
+    Http,
+    /// TLS terminated before HTTP.
+    Https,
+    /// TLS routed by its server name (TLSRoute): each listener passes the stream through
+    /// untouched, or terminates TLS (it has a site) and sends the decrypted bytes on.
+    Tls,
+    /// A TCP stream sent on as it is (TCPRoute).
+    Tcp,
+}
+
+impl SocketProtocol {
+    /// The protocol as a Gateway listener names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "HTTP",
+            Self::Https => "HTTPS",
+            Self::Tls => "TLS",
+            Self::Tcp => "TCP",
+        }
+    }
+
+    /// Whether requests on the socket are HTTP (routed per request, not per connection).
+    pub fn is_http(self) -> bool {
+        matches!(self, Self::Http | Self::Https)
+    }
+}
+
+/// How a TLS socket's listener treats a connection whose server name selected it.
+#[derive(Debug)]
+pub enum TlsMode<'t> {
+    /// The TLS stream goes to the backend untouched.
+    Passthrough,
+    /// TLS ends here with the site's certificate; the decrypted stream goes on.
+    Terminate(&'t Arc<TlsSite>),
+}
+
 /// Everything served on one bound address and port: the listeners merged onto it, most
 /// specific hostname first.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GatewaySocket {
-    /// `HTTPS`: TLS is terminated before HTTP.
-    pub tls: bool,
+    pub protocol: SocketProtocol,
     listeners: Vec<SocketListener>,
 }
 
@@ -386,6 +438,34 @@ impl GatewaySockets {
             .position(|listener| listener.hostname.matches(host))
     }
 
+    /// On a TLS socket: whether the listener a server name (`""` without one) selects passes
+    /// the stream through or terminates it; `None` when no listener takes the name.
+    pub fn tls_mode(&self, socket: SocketAddr, server_name: &str) -> Option<TlsMode<'_>> {
+        let listener = self.listener(socket, server_name)?;
+        Some(match &listener.site {
+            Some(site) => TlsMode::Terminate(site),
+            None => TlsMode::Passthrough,
+        })
+    }
+
+    /// Routes a connection on a TLS or TCP socket: the first rule (in precedence order) served
+    /// under the server name (`""` on TCP) on the listener it selects, and a backend by weight.
+    pub fn stream_lookup(
+        &self,
+        socket: SocketAddr,
+        server_name: &str,
+        draw: impl FnOnce(u32) -> u32,
+    ) -> GatewayOutcome<'_> {
+        let listener = self.listener(socket, server_name);
+        let Some(rule) = listener.and_then(|listener| listener.rules.first(server_name)) else {
+            return GatewayOutcome::NoRoute;
+        };
+        GatewayOutcome::Matched {
+            rule,
+            choice: rule.action.choose(draw),
+        }
+    }
+
     fn listener(&self, socket: SocketAddr, host: &str) -> Option<&SocketListener> {
         self.0
             .get(&socket)?
@@ -420,7 +500,7 @@ impl GatewaySockets {
                 }
                 served.push(ServedListener {
                     socket: *address,
-                    tls: socket.tls,
+                    protocol: socket.protocol,
                     hostname: &listener.hostname,
                     rules: by_host,
                 });
@@ -429,9 +509,9 @@ impl GatewaySockets {
         served
     }
 
-    /// The sockets to bind, with whether each terminates TLS, sorted by address.
-    pub fn addresses(&self) -> Vec<(SocketAddr, bool)> {
-        let mut all: Vec<_> = self.0.iter().map(|(a, s)| (*a, s.tls)).collect();
+    /// The sockets to bind, with the protocol each speaks, sorted by address.
+    pub fn addresses(&self) -> Vec<(SocketAddr, SocketProtocol)> {
+        let mut all: Vec<_> = self.0.iter().map(|(a, s)| (*a, s.protocol)).collect();
         all.sort();
         all
     }
@@ -460,7 +540,7 @@ impl GatewaySockets {
 #[derive(Debug)]
 pub struct ServedListener<'t> {
     pub socket: SocketAddr,
-    pub tls: bool,
+    pub protocol: SocketProtocol,
     pub hostname: &'t HostPattern,
     pub rules: Vec<(String, &'t [GatewayRule])>,
 }
@@ -472,21 +552,21 @@ pub struct GatewaySocketsBuilder {
 }
 
 impl GatewaySocketsBuilder {
-    /// Adds a listener with `hostname` on `socket`, with its TLS site on an HTTPS socket
-    /// (`site` is `Some`); a listener already there with the same hostname, or a socket of the
-    /// other protocol, is kept (the compiler reports the conflict). Says whether it was added.
+    /// Adds a listener with `hostname` on `socket`, with its TLS site when it terminates TLS
+    /// (HTTPS, or a TLS listener in Terminate mode); a listener already there with the same
+    /// hostname, or a socket of another protocol, is kept (the compiler reports the
+    /// conflict). Says whether it was added.
     pub fn add_listener(
         &mut self,
-        socket: SocketAddr,
+        (socket, protocol): (SocketAddr, SocketProtocol),
         hostname: HostPattern,
         site: Option<Arc<TlsSite>>,
     ) -> bool {
-        let tls = site.is_some();
         let entry = self.sockets.entry(socket).or_insert_with(|| GatewaySocket {
-            tls,
+            protocol,
             listeners: Vec::new(),
         });
-        if entry.tls != tls || entry.listeners.iter().any(|l| l.hostname == hostname) {
+        if entry.protocol != protocol || entry.listeners.iter().any(|l| l.hostname == hostname) {
             return false;
         }
         entry.listeners.push(SocketListener {

@@ -28,8 +28,8 @@ pub use backend::{
 pub use canary::CanaryRule;
 pub use gateway::{
     GatewayOutcome, GatewayRule, GatewaySocket, GatewaySockets, GatewaySocketsBuilder, HostPattern,
-    RequestFacts, RequestMatch, RuleAction, RulePrecedence, ServedListener, ValueCondition,
-    WeightedBackend,
+    RequestFacts, RequestMatch, RuleAction, RulePrecedence, ServedListener, SocketProtocol,
+    TlsMode, ValueCondition, WeightedBackend,
 };
 pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};

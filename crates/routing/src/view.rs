@@ -36,7 +36,10 @@ pub struct TableView {
 pub struct GatewayListenerView {
     /// The bound address and port.
     pub socket: std::net::SocketAddr,
+    /// TLS ends here (HTTPS); a TLS socket's listeners say so by `protocol`.
     pub tls: bool,
+    /// `HTTP`, `HTTPS`, `TLS` or `TCP`.
+    pub protocol: &'static str,
     /// The listener's hostname (`*` for none).
     pub hostname: String,
     pub rules: Vec<GatewayRuleView>,
@@ -236,7 +239,8 @@ fn gateway_views(table: &RoutingTable) -> Vec<GatewayListenerView> {
         .into_iter()
         .map(|listener| GatewayListenerView {
             socket: listener.socket,
-            tls: listener.tls,
+            tls: listener.protocol == crate::gateway::SocketProtocol::Https,
+            protocol: listener.protocol.as_str(),
             hostname: listener.hostname.to_string(),
             rules: listener
                 .rules
@@ -390,7 +394,7 @@ impl TableView {
         }
         writeln!(f, "Gateway API routes:")?;
         for listener in &self.gateways {
-            let protocol = if listener.tls { "HTTPS" } else { "HTTP" };
+            let protocol = listener.protocol;
             writeln!(
                 f,
                 "  {} {protocol} listener {}",
@@ -399,8 +403,14 @@ impl TableView {
             if listener.rules.is_empty() {
                 writeln!(f, "    (no route attached)")?;
             }
+            let http = matches!(listener.protocol, "HTTP" | "HTTPS");
             for rule in &listener.rules {
-                let mut matched = rule.path.clone();
+                // A stream's rule matches every connection its host takes.
+                let mut matched = if http {
+                    rule.path.clone()
+                } else {
+                    "(every connection)".to_owned()
+                };
                 if let Some(method) = &rule.method {
                     matched.push_str(&format!(" {method}"));
                 }

@@ -14,7 +14,7 @@ use sluice_config::{
     SliceIndex, Snapshot,
 };
 use sluice_proxy::TableHandle;
-use sluice_routing::{BackendId, EndpointSet};
+use sluice_routing::{BackendId, EndpointSet, SocketProtocol};
 use sluice_sources::kubernetes::{WatchRegistry, WatchReport};
 use sluice_sources::Load;
 use tokio::sync::watch;
@@ -107,9 +107,9 @@ pub struct ControlPlane {
     metrics: Arc<Metrics>,
     activity: Mutex<Activity>,
     watches: OnceLock<Arc<WatchRegistry>>,
-    /// The Gateway sockets the published table serves (address, TLS), for the listener
+    /// The Gateway sockets the published table serves (address, protocol), for the listener
     /// manager.
-    gateway_sockets: watch::Sender<Vec<(SocketAddr, bool)>>,
+    gateway_sockets: watch::Sender<Vec<(SocketAddr, SocketProtocol)>>,
     /// Gateway sockets that could not be bound, and why.
     unbound: Mutex<Vec<(SocketAddr, String)>>,
     /// Bumped whenever the Gateway API status may have changed (a publish, a socket bound or
@@ -141,7 +141,7 @@ impl ControlPlane {
     }
 
     /// The Gateway sockets the published table serves, as they change.
-    pub fn gateway_sockets(&self) -> watch::Receiver<Vec<(SocketAddr, bool)>> {
+    pub fn gateway_sockets(&self) -> watch::Receiver<Vec<(SocketAddr, SocketProtocol)>> {
         self.gateway_sockets.subscribe()
     }
 

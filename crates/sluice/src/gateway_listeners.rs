@@ -16,9 +16,10 @@ use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Body;
 use sluice_proxy::{
-    serve, serve_tls, ClientBody, ClientInfo, ListenerOptions, ShutdownSignal, ShutdownTrigger,
-    TlsTerminator,
+    serve, serve_streams, serve_tls, ClientBody, ClientInfo, ListenerOptions, ShutdownSignal,
+    ShutdownTrigger, StreamOptions, TlsTerminator,
 };
+use sluice_routing::SocketProtocol;
 use tokio::task::JoinHandle;
 
 use crate::control::ControlPlane;
@@ -27,26 +28,30 @@ use crate::serve::bind_listener;
 /// How soon a socket that could not be bound is tried again.
 const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// One bound Gateway socket: its own stop, and its task.
+/// One bound Gateway socket: its protocol, its own stop, and its task.
 struct BoundSocket {
+    protocol: SocketProtocol,
     stop: ShutdownTrigger,
     task: JoinHandle<()>,
 }
 
-/// Binds one socket, with its TLS terminator when it serves HTTPS.
+/// Binds one socket, with its TLS terminator when it serves HTTPS or TLS.
 fn bind_socket(
     address: SocketAddr,
-    tls: bool,
+    protocol: SocketProtocol,
     control: &ControlPlane,
     connect_timeout: std::time::Duration,
 ) -> Result<(tokio::net::TcpListener, Option<Arc<TlsTerminator>>), String> {
-    let terminator = match tls {
-        true => {
+    let terminator = match protocol {
+        SocketProtocol::Https | SocketProtocol::Tls => {
             let terminator = TlsTerminator::new(control.table().clone(), connect_timeout)
                 .map_err(|error| error.to_string())?;
-            Some(Arc::new(terminator.for_gateway_socket(address)))
+            Some(Arc::new(match protocol {
+                SocketProtocol::Tls => terminator.for_gateway_stream_socket(address),
+                _ => terminator.for_gateway_socket(address),
+            }))
         }
-        false => None,
+        SocketProtocol::Http | SocketProtocol::Tcp => None,
     };
     let listener = bind_listener(address, false).map_err(|error| error.to_string())?;
     Ok((listener, terminator))
@@ -73,35 +78,61 @@ pub(crate) async fn run<F, Fut, B>(
         let sockets = wanted.borrow_and_update().clone();
         let mut unbound = Vec::new();
         bound.retain(|address, socket| {
-            let keep = sockets.iter().any(|(wanted, _)| wanted == address);
+            let keep = sockets
+                .iter()
+                .any(|(wanted, protocol)| wanted == address && *protocol == socket.protocol);
             if !keep {
                 tracing::info!(%address, "Gateway socket no longer served; closing it");
                 socket.stop.stop();
             }
             keep
         });
-        for (address, tls) in sockets {
+        for (address, protocol) in sockets {
             if let Entry::Vacant(slot) = bound.entry(address) {
-                match bind_socket(address, tls, &control, connect_timeout) {
+                match bind_socket(address, protocol, &control, connect_timeout) {
                     Ok((listener, terminator)) => {
-                        tracing::info!(%address, tls, "Gateway socket bound");
+                        tracing::info!(%address, protocol = protocol.as_str(), "Gateway socket bound");
                         let (stop, signal) = ShutdownSignal::new();
                         let socket_options = ListenerOptions {
                             gateway_socket: Some(address),
                             ..options.clone()
                         };
-                        let handler = handler.clone();
-                        let task = match terminator {
-                            Some(tls) => tokio::spawn(serve_tls(
+                        let task = match (protocol.is_http(), terminator) {
+                            (false, terminator) => {
+                                let stream_options = StreamOptions {
+                                    table: control.table().clone(),
+                                    socket: address,
+                                    protocol,
+                                    connect_timeout,
+                                    handshake_timeout: options.client_header_timeout,
+                                    grace_period: options.grace_period,
+                                };
+                                tokio::spawn(serve_streams(
+                                    listener,
+                                    stream_options,
+                                    terminator,
+                                    signal,
+                                ))
+                            }
+                            (true, Some(tls)) => tokio::spawn(serve_tls(
                                 listener,
-                                handler,
+                                handler.clone(),
                                 signal,
                                 socket_options,
                                 tls,
                             )),
-                            None => tokio::spawn(serve(listener, handler, signal, socket_options)),
+                            (true, None) => tokio::spawn(serve(
+                                listener,
+                                handler.clone(),
+                                signal,
+                                socket_options,
+                            )),
                         };
-                        slot.insert(BoundSocket { stop, task });
+                        slot.insert(BoundSocket {
+                            protocol,
+                            stop,
+                            task,
+                        });
                     }
                     Err(error) => {
                         tracing::warn!(%address, %error, "cannot bind a Gateway listener's socket");

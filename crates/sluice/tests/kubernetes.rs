@@ -784,7 +784,7 @@ async fn every_gateway_api_status_condition_reaches_the_api_server_and_a_route_t
                 {"name": "dup", "port": p1, "protocol": "HTTP", "hostname": "*.shop.test"},
                 {"name": "https", "port": p2, "protocol": "HTTPS", "hostname": "secure.shop.test",
                  "tls": {"certificateRefs": [{"name": "no-such-secret"}]}},
-                {"name": "tcp", "port": p3, "protocol": "TCP"},
+                {"name": "custom", "port": p3, "protocol": "example.com/quic"},
                 {"name": "grpc-only", "port": p4, "protocol": "HTTP",
                  "allowedRoutes": {"kinds": [{"kind": "GRPCRoute"}]}},
                 {"name": "bad-kinds", "port": p5, "protocol": "HTTP",
@@ -1040,7 +1040,7 @@ async fn every_gateway_api_status_condition_reaches_the_api_server_and_a_route_t
         "False",
         "InvalidCertificateRef"
     )));
-    assert!(listener("tcp")
+    assert!(listener("custom")
         .0
         .contains(&triple("Accepted", "False", "UnsupportedProtocol")));
     assert!(listener("bad-kinds").0.contains(&triple(

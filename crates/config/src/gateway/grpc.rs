@@ -1,9 +1,35 @@
 //! GRPCRoute as the HTTPRoute it amounts to: a gRPC call is a POST to `/{service}/{method}`, so service and method matches are path matches, and everything else is shared.
 
 use super::types::{
-    GrpcMethodMatch, GrpcRouteMatch, GrpcRouteSpec, HttpPathMatch, HttpRouteMatch, HttpRouteRule,
-    HttpRouteSpec,
+    GrpcMethodMatch, GrpcRouteMatch, GrpcRouteSpec, HttpBackendRef, HttpPathMatch, HttpRouteMatch,
+    HttpRouteRule, HttpRouteSpec, StreamRouteSpec,
 };
+
+/// The HTTPRoute spec a TLSRoute or TCPRoute spec stands for in route attachment and backend
+/// resolution: its rules match everything, and the data plane takes a stream's first rule.
+pub(crate) fn stream_as_http_route(spec: &StreamRouteSpec) -> HttpRouteSpec {
+    HttpRouteSpec {
+        parent_refs: spec.parent_refs.clone(),
+        hostnames: spec.hostnames.clone(),
+        rules: spec
+            .rules
+            .iter()
+            .map(|rule| HttpRouteRule {
+                name: rule.name.clone(),
+                backend_refs: rule
+                    .backend_refs
+                    .iter()
+                    .map(|reference| HttpBackendRef {
+                        backend: reference.backend.clone(),
+                        weight: reference.weight,
+                        filters: Vec::new(),
+                    })
+                    .collect(),
+                ..HttpRouteRule::default()
+            })
+            .collect(),
+    }
+}
 
 /// The HTTPRoute spec a GRPCRoute spec stands for.
 pub(crate) fn as_http_route(spec: &GrpcRouteSpec) -> HttpRouteSpec {

@@ -23,6 +23,10 @@ pub type Gateway = GatewayObject<GatewaySpec>;
 pub type HttpRoute = GatewayObject<HttpRouteSpec>;
 pub type GrpcRoute = GatewayObject<GrpcRouteSpec>;
 pub type ReferenceGrant = GatewayObject<ReferenceGrantSpec>;
+/// TLSRoute: TLS connections routed by their server name.
+pub type TlsRoute = GatewayObject<StreamRouteSpec>;
+/// TCPRoute: TCP connections routed by the listener they arrive on.
+pub type TcpRoute = GatewayObject<StreamRouteSpec>;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -428,6 +432,39 @@ pub struct CookieConfig {
     /// `Permanent` or `Session` (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifetime_type: Option<String>,
+}
+
+/// The spec of TLSRoute and TCPRoute (and UDPRoute): parents, hostnames (TLSRoute only) and
+/// rules that are backendRefs alone.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamRouteSpec {
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    #[serde(default)]
+    pub rules: Vec<StreamRouteRule>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamRouteRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub backend_refs: Vec<StreamBackendRef>,
+}
+
+/// A stream route's backendRef: an object reference and a weight, no filters.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamBackendRef {
+    #[serde(flatten)]
+    pub backend: BackendObjectReference,
+    /// Absent means 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

@@ -19,6 +19,7 @@ mod framing;
 mod http1;
 mod proxy_protocol;
 mod rewound;
+mod stream;
 mod supervisor;
 mod tls;
 
@@ -46,6 +47,7 @@ use client_io::{ClientIo, ReadReady};
 use detect::Protocol;
 use http1::Http1;
 use rewound::Rewound;
+pub use stream::{serve_streams, StreamOptions};
 use supervisor::supervise;
 use tls::Handshake;
 pub use tls::{TlsSetupError, TlsTerminator};

@@ -10,8 +10,7 @@ use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{Acceptor, ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ProtocolVersion, ServerConfig};
-use sluice_routing::{Certificate, RoutingTable, TlsSite};
-use tokio::io::AsyncWriteExt;
+use sluice_routing::{Certificate, RoutingTable, TlsMode, TlsSite};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::LazyConfigAcceptor;
@@ -39,6 +38,15 @@ pub(crate) struct Passthrough {
     host: Box<str>,
 }
 
+/// The outcome of a Gateway TLS socket's first bytes.
+pub(crate) enum StreamHandshake {
+    /// The listener the server name selects passes TLS through: the socket, and the bytes
+    /// read from it so far (the ClientHello) to replay to the backend.
+    Passthrough { socket: TcpStream, replay: Vec<u8> },
+    /// The listener terminates TLS: the decrypted stream.
+    Terminated(Box<TlsStream<Rewound<TcpStream>>>),
+}
+
 /// Builds the server configuration of each site on first use, and keeps the default one.
 pub struct TlsTerminator {
     table: TableHandle,
@@ -48,9 +56,12 @@ pub struct TlsTerminator {
     /// The default configuration, with the table's default certificate it was built for.
     default_config: Mutex<Option<DefaultConfig>>,
     connect_timeout: Duration,
-    /// On a Gateway HTTPS socket: its address; the listener the server name selects on it
-    /// gives the certificate, instead of the Ingress TLS hosts.
+    /// On a Gateway HTTPS or TLS socket: its address; the listener the server name selects on
+    /// it gives the certificate, instead of the Ingress TLS hosts.
     gateway_socket: Option<std::net::SocketAddr>,
+    /// ALPN `h2` and `http/1.1` offered: not on a TLS socket, whose decrypted bytes go to a
+    /// backend sluice does not speak HTTP to.
+    alpn: bool,
 }
 
 /// A site's server configuration, and the check of client certificates when it asks for them.
@@ -89,7 +100,59 @@ impl TlsTerminator {
             default_config: Mutex::new(None),
             connect_timeout,
             gateway_socket: None,
+            alpn: true,
         })
+    }
+
+    /// This terminator for the Gateway TLS socket bound at `socket` (TLSRoute): the listener
+    /// the server name selects passes the stream through or terminates it, without ALPN.
+    pub fn for_gateway_stream_socket(mut self, socket: std::net::SocketAddr) -> Self {
+        self.gateway_socket = Some(socket);
+        self.alpn = false;
+        self
+    }
+
+    /// Reads the ClientHello on a Gateway TLS socket, routes it by its server name with
+    /// `route` (before any byte is answered: a name no route takes gets the connection closed,
+    /// not a TLS alert), and, as the listener the name selects says, hands the connection back
+    /// for passthrough or completes the handshake.
+    pub(crate) async fn stream_handshake<R>(
+        &self,
+        mut io: Rewound<TcpStream>,
+        route: impl FnOnce(&RoutingTable, &str) -> io::Result<R>,
+    ) -> io::Result<(R, StreamHandshake)> {
+        let socket = self
+            .gateway_socket
+            .ok_or_else(|| io::Error::other("not a Gateway TLS socket"))?;
+        let table = self.table.load();
+        io.record();
+        let mut start = LazyConfigAcceptor::new(Acceptor::default(), io).await?;
+        let server_name: Box<str> = start
+            .client_hello()
+            .server_name()
+            .map(|name| name.to_ascii_lowercase().into_boxed_str())
+            .unwrap_or_default();
+        let mode = table.gateways().tls_mode(socket, &server_name);
+        let Some(mode) = mode else {
+            return Err(io::Error::other(format!(
+                "no TLS listener takes server name {server_name:?}"
+            )));
+        };
+        let routed = route(&table, &server_name)?;
+        let handshake = match mode {
+            TlsMode::Passthrough => {
+                let (socket, mut replay, unread) = start.io.into_parts();
+                replay.extend_from_slice(&unread);
+                StreamHandshake::Passthrough { socket, replay }
+            }
+            TlsMode::Terminate(site) => {
+                start.io.stop_recording();
+                let config = self.config_for(Some(site), &table)?;
+                let stream = start.into_stream(config.server.clone()).await?;
+                StreamHandshake::Terminated(Box::new(stream))
+            }
+        };
+        Ok((routed, handshake))
     }
 
     /// This terminator for the Gateway HTTPS socket bound at `socket`: each handshake gets
@@ -194,7 +257,7 @@ impl TlsTerminator {
         let certificate = wanted.clone().unwrap_or_else(|| self.generated.clone());
         let config = self
             .base_config(None)
-            .map(|builder| finish(builder, &certificate))
+            .map(|builder| finish(builder, &certificate, self.alpn))
             .map_err(io::Error::other)?;
         *cached = Some((wanted, config.clone()));
         Ok(config)
@@ -206,7 +269,7 @@ impl TlsTerminator {
         site: &TlsSite,
     ) -> Result<SiteConfig, rustls::Error> {
         let Some(auth) = &site.client_auth else {
-            let server = finish(self.base_config(None)?, certificate);
+            let server = finish(self.base_config(None)?, certificate, self.alpn);
             return Ok(SiteConfig {
                 server,
                 client_check: None,
@@ -221,7 +284,7 @@ impl TlsTerminator {
             ))
         })?;
         Ok(SiteConfig {
-            server: finish(self.base_config(Some(asking))?, certificate),
+            server: finish(self.base_config(Some(asking))?, certificate, self.alpn),
             client_check: Some(Arc::new(check)),
         })
     }
@@ -255,46 +318,20 @@ impl TlsTerminator {
             return Err(io::Error::other("the passthrough host is gone"));
         };
         let replay: [&[u8]; 2] = [&hello, &unread];
-        let set = backend.endpoints().load();
-        let eligible = set.eligible();
-        if eligible.is_empty() {
-            return Err(io::Error::other("no endpoints for a passthrough host"));
-        }
-        let start = backend.next_turn();
-        let mut last_error = io::Error::other("no endpoint answered");
-        for offset in 0..eligible.len() {
-            let endpoint = &eligible[(start + offset) % eligible.len()];
-            let address = endpoint.authority().as_str();
-            let connect = tokio::time::timeout(self.connect_timeout, TcpStream::connect(address));
-            let mut upstream = match connect.await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    last_error = error;
-                    continue;
-                }
-                Err(_) => {
-                    last_error = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
-                    continue;
-                }
-            };
-            let _ = upstream.set_nodelay(true);
-            for bytes in replay {
-                upstream.write_all(bytes).await?;
-            }
-            tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
-            return Ok(());
-        }
-        Err(last_error)
+        super::stream::splice(&mut client, &replay, backend, self.connect_timeout).await
     }
 }
 
-/// ALPN `h2` and `http/1.1`, and the one certificate.
+/// The one certificate, and ALPN `h2` and `http/1.1` when `alpn`.
 fn finish(
     builder: rustls::ConfigBuilder<ServerConfig, rustls::server::WantsServerCert>,
     certificate: &Arc<Certificate>,
+    alpn: bool,
 ) -> Arc<ServerConfig> {
     let mut config = builder.with_cert_resolver(Arc::new(OneCertificate(certificate.key.clone())));
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    if alpn {
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    }
     Arc::new(config)
 }
 

@@ -161,11 +161,11 @@ fn desired(
         ));
     }
     for route in &report.routes {
-        let kind = if route.kind == "GRPCRoute" {
-            "GRPCRoute"
-        } else {
-            "HTTPRoute"
-        };
+        let kind = ROUTE_KINDS
+            .iter()
+            .find(|kind| **kind == route.kind)
+            .copied()
+            .unwrap_or("HTTPRoute");
         let parents: Vec<Value> = route
             .parents
             .iter()
@@ -193,11 +193,14 @@ fn abandoned_routes(
 ) -> Vec<(StatusKey, Value)> {
     written
         .keys()
-        .filter(|key| matches!(key.0, "HTTPRoute" | "GRPCRoute"))
+        .filter(|key| ROUTE_KINDS.contains(&key.0))
         .filter(|key| !desired.iter().any(|(wanted, _)| wanted == *key))
         .map(|key| (key.clone(), no_parents()))
         .collect()
 }
+
+/// The route kinds whose status sluice writes.
+const ROUTE_KINDS: [&str; 4] = ["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute"];
 
 fn no_parents() -> Value {
     json!({"parents": []})
@@ -234,7 +237,7 @@ impl Writer {
         let routes = self
             .resources
             .iter()
-            .filter(|r| matches!(r.kind, "HTTPRoute" | "GRPCRoute"));
+            .filter(|r| ROUTE_KINDS.contains(&r.kind));
         for resource in routes {
             for api in self.scoped_apis(resource) {
                 for route in api.list(&ListParams::default()).await? {

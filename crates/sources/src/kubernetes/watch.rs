@@ -274,6 +274,8 @@ const GATEWAY_KINDS: &[&str] = &[
     "Gateway",
     "HTTPRoute",
     "GRPCRoute",
+    "TLSRoute",
+    "TCPRoute",
     "ReferenceGrant",
 ];
 
@@ -286,7 +288,8 @@ pub struct ServedResource {
 }
 
 /// The Gateway API kinds the API server serves (the CRDs installed), each at `v1` when served
-/// there, else `v1beta1`. Empty when the group is not served. Retries a failing API server
+/// there, else `v1beta1`, else (TLSRoute, TCPRoute of older CRDs) `v1alpha3` or `v1alpha2`.
+/// Empty when the group is not served. Retries a failing API server
 /// for up to `patience` before giving up on Gateway API for this run.
 pub async fn gateway_api_resources(
     client: &Client,
@@ -317,7 +320,7 @@ pub async fn gateway_api_resources(
 
 async fn discover_gateway_api(client: &Client) -> Result<Vec<ServedResource>, kube::Error> {
     let mut found: Vec<ServedResource> = Vec::new();
-    for version in ["v1", "v1beta1"] {
+    for version in ["v1", "v1beta1", "v1alpha3", "v1alpha2"] {
         let group_version = format!("{GATEWAY_GROUP}/{version}");
         let list = match client.list_api_group_resources(&group_version).await {
             Ok(list) => list,

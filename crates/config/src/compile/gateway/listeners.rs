@@ -9,11 +9,13 @@ pub(super) struct ListenerPlan<'a> {
     pub(super) listener: &'a Listener,
     pub(super) sockets: Vec<SocketAddr>,
     pub(super) hostname: HostPattern,
-    pub(super) tls: bool,
+    /// What the listener speaks; `None` for a protocol sluice does not serve.
+    pub(super) protocol: Option<SocketProtocol>,
     pub(super) kinds: Vec<RouteGroupKind>,
     pub(super) conditions: Vec<Condition>,
     pub(super) attached: u32,
-    /// On an HTTPS listener: the certificate of its first `certificateRefs` Secret.
+    /// On an HTTPS listener and a TLS listener in Terminate mode: the certificate of its first
+    /// `certificateRefs` Secret.
     pub(super) certificate: Option<Arc<Certificate>>,
 }
 
@@ -55,14 +57,8 @@ pub(super) fn plan_listeners<'a>(
         };
         for (position, listener) in served.gateway.spec.listeners.iter().enumerate() {
             let field = format!("spec.listeners[{position}]");
-            let certificate = match listener.protocol.as_str() {
-                "HTTPS" => Some(listener_certificate(
-                    listener,
-                    (inputs.snapshot, served.key),
-                    sinks.tls,
-                )),
-                _ => None,
-            };
+            let certificate = terminates_tls(listener)
+                .then(|| listener_certificate(listener, (inputs.snapshot, served.key), sinks.tls));
             let mut plan = plan_listener(index, listener, &addresses, certificate);
             plan.namespace = &served.key.namespace;
             if addresses.is_empty() {
@@ -167,10 +163,10 @@ pub(super) fn plan_listener<'a>(
     addresses: &[IpAddr],
     certificate: Option<Result<Arc<Certificate>, (&'static str, String)>>,
 ) -> ListenerPlan<'a> {
-    let tls = listener.protocol == "HTTPS";
+    let protocol = listener_protocol(listener);
     let (mut kinds, kinds_valid) = supported_kinds(listener);
     let mut conditions = Vec::new();
-    let protocol_ok = matches!(listener.protocol.as_str(), "HTTP" | "HTTPS");
+    let protocol_ok = protocol.is_some();
     if !protocol_ok {
         // A listener sluice cannot serve takes no route kind.
         kinds.clear();
@@ -184,7 +180,7 @@ pub(super) fn plan_listener<'a>(
         ));
     } else {
         let message = format!(
-            "protocol {} is not supported; HTTP and HTTPS are",
+            "protocol {} is not supported; HTTP, HTTPS, TLS and TCP are",
             listener.protocol
         );
         conditions.push(Condition::new(
@@ -212,7 +208,10 @@ pub(super) fn plan_listener<'a>(
             "ResolvedRefs",
             false,
             "InvalidRouteKinds",
-            "allowedRoutes.kinds names a kind sluice does not serve",
+            format!(
+                "allowedRoutes.kinds names a kind a {} listener does not take",
+                listener.protocol
+            ),
         )),
         (Ok(()), true) => conditions.push(Condition::new(
             "ResolvedRefs",
@@ -246,8 +245,12 @@ pub(super) fn plan_listener<'a>(
             .iter()
             .map(|ip| SocketAddr::new(*ip, listener.port))
             .collect(),
-        hostname: HostPattern::parse(listener.hostname.as_deref()),
-        tls,
+        hostname: match protocol {
+            // A TCP listener's hostname means nothing: a TCP stream names no host.
+            Some(SocketProtocol::Tcp) => HostPattern::Any,
+            _ => HostPattern::parse(listener.hostname.as_deref()),
+        },
+        protocol,
         kinds,
         conditions,
         attached: 0,
@@ -255,21 +258,55 @@ pub(super) fn plan_listener<'a>(
     }
 }
 
-/// The route kinds a listener takes, and whether every kind it names is one sluice serves.
+/// The protocol a listener names, when sluice serves it.
+pub(super) fn listener_protocol(listener: &Listener) -> Option<SocketProtocol> {
+    match listener.protocol.as_str() {
+        "HTTP" => Some(SocketProtocol::Http),
+        "HTTPS" => Some(SocketProtocol::Https),
+        "TLS" => Some(SocketProtocol::Tls),
+        "TCP" => Some(SocketProtocol::Tcp),
+        _ => None,
+    }
+}
+
+/// Whether TLS ends at the listener: HTTPS, and TLS unless its mode is Passthrough (the
+/// default mode is Terminate).
+pub(super) fn terminates_tls(listener: &Listener) -> bool {
+    let mode = listener.tls.as_ref().and_then(|tls| tls.mode.as_deref());
+    match listener.protocol.as_str() {
+        "HTTPS" => true,
+        "TLS" => mode != Some("Passthrough"),
+        _ => false,
+    }
+}
+
+/// The route kinds a protocol's listener can take.
+fn kinds_for(listener: &Listener) -> &'static [&'static str] {
+    match listener_protocol(listener) {
+        Some(SocketProtocol::Http | SocketProtocol::Https) => &["HTTPRoute", "GRPCRoute"],
+        Some(SocketProtocol::Tls) => &["TLSRoute"],
+        Some(SocketProtocol::Tcp) => &["TCPRoute"],
+        None => &[],
+    }
+}
+
+/// The route kinds a listener takes, and whether every kind it names is one sluice serves
+/// on its protocol.
 pub(super) fn supported_kinds(listener: &Listener) -> (Vec<RouteGroupKind>, bool) {
     let kind = |name: &str| RouteGroupKind {
         group: Some(GATEWAY_GROUP.to_owned()),
         kind: name.to_owned(),
     };
+    let possible = kinds_for(listener);
     let named = listener.allowed_routes.as_ref().map(|a| &a.kinds);
     let Some(named) = named.filter(|kinds| !kinds.is_empty()) else {
-        return (vec![kind("HTTPRoute"), kind("GRPCRoute")], true);
+        return (possible.iter().map(|k| kind(k)).collect(), true);
     };
     let served: Vec<RouteGroupKind> = named
         .iter()
         .filter(|k| {
             k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP
-                && matches!(k.kind.as_str(), "HTTPRoute" | "GRPCRoute")
+                && possible.contains(&k.kind.as_str())
         })
         .map(|k| kind(&k.kind))
         .collect();
@@ -292,7 +329,10 @@ pub(super) fn listener_certificate(
     if refs.is_empty() {
         return Err((
             "InvalidCertificateRef",
-            "an HTTPS listener needs tls.certificateRefs".to_owned(),
+            format!(
+                "a {} listener that terminates TLS needs tls.certificateRefs",
+                listener.protocol
+            ),
         ));
     }
     for reference in refs {
@@ -333,8 +373,9 @@ pub(super) fn listener_certificate(
     first.ok_or(("InvalidCertificateRef", "no certificate".to_owned()))
 }
 
-/// Who listens on each socket: protocol (TLS or not), hostname, and Gateway (by index).
-pub(super) type ClaimedSockets = BTreeMap<SocketAddr, Vec<(bool, HostPattern, usize)>>;
+/// Who listens on each socket: protocol, hostname, and Gateway (by index).
+pub(super) type ClaimedSockets =
+    BTreeMap<SocketAddr, Vec<(Option<SocketProtocol>, HostPattern, usize)>>;
 
 /// Claims the listener's sockets and hostname; a socket another listener holds with the
 /// other protocol, or another listener of the same Gateway with the same hostname, makes this
@@ -344,7 +385,10 @@ pub(super) type ClaimedSockets = BTreeMap<SocketAddr, Vec<(bool, HostPattern, us
 pub(super) fn claim_sockets(plan: &mut ListenerPlan<'_>, claimed: &mut ClaimedSockets) {
     let conflict = plan.sockets.iter().find_map(|socket| {
         let holders = claimed.get(socket)?;
-        if holders.iter().any(|(tls, _, _)| *tls != plan.tls) {
+        if holders
+            .iter()
+            .any(|(protocol, _, _)| *protocol != plan.protocol)
+        {
             return Some((
                 "ProtocolConflict",
                 format!("{socket} is served with another protocol"),
@@ -380,7 +424,7 @@ pub(super) fn claim_sockets(plan: &mut ListenerPlan<'_>, claimed: &mut ClaimedSo
     if plan.programmed() {
         for socket in &plan.sockets {
             claimed.entry(*socket).or_default().push((
-                plan.tls,
+                plan.protocol,
                 plan.hostname.clone(),
                 plan.gateway,
             ));

@@ -12,7 +12,7 @@ use k8s_openapi::api::networking::v1::{IngressServiceBackend, ServiceBackendPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use sluice_routing::{
     Backend, BackendId, BackendMode, Certificate, EndpointSet, GatewayRule, HostPattern, Mirror,
-    RequestMatch, RoutePolicy, RuleAction, RulePrecedence, TableBuilder, TlsSite,
+    RequestMatch, RoutePolicy, RuleAction, RulePrecedence, SocketProtocol, TableBuilder, TlsSite,
     UpstreamFailureStatus, UpstreamProtocol, WeightedBackend,
 };
 
@@ -86,6 +86,10 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRetryConnectionError",
     "HTTPRouteSchemeRedirect",
     "ReferenceGrant",
+    "TCPRoute",
+    "TLSRoute",
+    "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
 ];
 
 /// What the Gateway compile reads.
@@ -149,16 +153,20 @@ pub(crate) fn compile_gateways(
     let mut sinks = sinks;
     let mut plans = plan_listeners(&mut gateways, inputs, &mut sinks);
     for plan in plans.iter().filter(|plan| plan.programmed()) {
+        let Some(protocol) = plan.protocol else {
+            continue;
+        };
         let served = &gateways[plan.gateway];
         let site = plan.certificate.as_ref().map(|certificate| {
             let owner: Arc<str> = format!("{}/{}", served.key.namespace, served.key.name).into();
             Arc::new(TlsSite::new(owner, Some(certificate.clone()), None))
         });
         for socket in &plan.sockets {
-            sinks
-                .builder
-                .gateways()
-                .add_listener(*socket, plan.hostname.clone(), site.clone());
+            sinks.builder.gateways().add_listener(
+                (*socket, protocol),
+                plan.hostname.clone(),
+                site.clone(),
+            );
         }
     }
     for (rank, route) in route_inputs(snapshot).iter().enumerate() {

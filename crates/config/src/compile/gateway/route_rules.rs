@@ -62,11 +62,13 @@ pub(super) fn compile_rules(
             match backend_choice(&reference, own, inputs, sinks) {
                 Ok(choice) => choices.push(choice),
                 Err((reason, message, choice)) => {
-                    sinks.diagnostics.error(
-                        &object,
-                        &at,
-                        format!("{message}; its share of the requests answers 500"),
-                    );
+                    let share = match route.name.kind {
+                        "TLSRoute" | "TCPRoute" => "its share of the connections is closed",
+                        _ => "its share of the requests answers 500",
+                    };
+                    sinks
+                        .diagnostics
+                        .error(&object, &at, format!("{message}; {share}"));
                     compiled.unresolved.get_or_insert((reason, message));
                     choices.push(choice);
                 }

@@ -35,7 +35,7 @@ pub(super) struct RouteInput<'a> {
     pub(super) spec: std::borrow::Cow<'a, HttpRouteSpec>,
 }
 
-/// Every route, HTTPRoutes then GRPCRoutes, each kind oldest first.
+/// Every route, HTTPRoutes, GRPCRoutes, TLSRoutes then TCPRoutes, each kind oldest first.
 pub(super) fn route_inputs(snapshot: &Snapshot) -> Vec<RouteInput<'_>> {
     let http = oldest_first(&snapshot.http_routes)
         .into_iter()
@@ -57,7 +57,21 @@ pub(super) fn route_inputs(snapshot: &Snapshot) -> Vec<RouteInput<'_>> {
             generation: route.metadata.generation,
             spec: std::borrow::Cow::Owned(crate::gateway::grpc::as_http_route(&route.spec)),
         });
-    http.chain(grpc).collect()
+    let stream = |kind: &'static str, routes| {
+        oldest_first(routes).into_iter().map(
+            move |(key, route): (&ObjectKey, &crate::gateway::TlsRoute)| RouteInput {
+                name: RouteRef { kind, key },
+                generation: route.metadata.generation,
+                spec: std::borrow::Cow::Owned(crate::gateway::grpc::stream_as_http_route(
+                    &route.spec,
+                )),
+            },
+        )
+    };
+    http.chain(grpc)
+        .chain(stream("TLSRoute", &snapshot.tls_routes))
+        .chain(stream("TCPRoute", &snapshot.tcp_routes))
+        .collect()
 }
 
 impl CompiledRules {

@@ -1,0 +1,625 @@
+//! Gateway API conformance tests of TLSRoute and TCPRoute set up as upstream (v1.6.1) sets them up, through the real binary: its Gateways, listeners, route names, hostnames, backend Services with their named ports and replica counts, and a backend that speaks the suite's TCP echo protocol (a greeting, `PING`, `IS_TLS`, `TEST`).
+//!
+//! Ports differ: each listener binds a free port instead of 443, 8443, 8883 or 93xx, and
+//! each test has its own `--gateway-address`, as the suite's Gateways get addresses of their
+//! own.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use sluice_testkit::{IssuedPem, TestCa};
+use support::tls::client_config;
+use support::{free_port, pod_ip, wait_until, write_manifest, Sluice};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+const INFRA: &str = "gateway-conformance-infra";
+const WEB: &str = "gateway-conformance-web-backend";
+const GREETING: &str = "Gateway API Test TCP Server";
+
+fn gateway_ip(n: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 5, n))
+}
+
+/// The base manifests' namespaces and the GatewayClass.
+fn base() -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {INFRA}, labels: {{gateway-conformance: infra}}}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {WEB}, labels: {{gateway-conformance: backend}}}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: sluice}}\nspec: {{controllerName: sluice.dev/gateway-controller}}\n"
+    )
+}
+
+/// One pod of the suite's TCP echo server (`TCP_ECHO_SERVER=1`): plain TCP on one port and,
+/// with a certificate, TLS on another; it greets first, then answers `PING`, `IS_TLS` and
+/// `TEST` (a JSON line with its namespace, pod name and the server name TLS was asked for).
+struct EchoPod {
+    plain: SocketAddr,
+    tls: Option<SocketAddr>,
+}
+
+impl EchoPod {
+    async fn start(
+        pod: &str,
+        namespace: &str,
+        ip: IpAddr,
+        certificate: Option<&IssuedPem>,
+    ) -> Self {
+        let plain = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+        let plain_addr = plain.local_addr().unwrap();
+        let identity = Arc::new((pod.to_owned(), namespace.to_owned()));
+        let id = identity.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = plain.accept().await {
+                tokio::spawn(converse(stream, id.clone(), None));
+            }
+        });
+        let tls = match certificate {
+            None => None,
+            Some(issued) => {
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(issued)));
+                let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+                let addr = listener.local_addr().unwrap();
+                tokio::spawn(async move {
+                    while let Ok((stream, _)) = listener.accept().await {
+                        let (acceptor, identity) = (acceptor.clone(), identity.clone());
+                        tokio::spawn(async move {
+                            if let Ok(tls) = acceptor.accept(stream).await {
+                                let sni = tls.get_ref().1.server_name().map(str::to_owned);
+                                converse(tls, identity, Some(sni.unwrap_or_default())).await;
+                            }
+                        });
+                    }
+                });
+                Some(addr)
+            }
+        };
+        Self {
+            plain: plain_addr,
+            tls,
+        }
+    }
+}
+
+fn server_config(issued: &IssuedPem) -> rustls::ServerConfig {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(issued.cert.as_bytes())
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes()).unwrap();
+    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap()
+}
+
+/// The echo server's side of one connection: `sni` is `Some` on its TLS port.
+async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    identity: Arc<(String, String)>,
+    sni: Option<String>,
+) {
+    let (read, mut write) = tokio::io::split(stream);
+    let mut lines = BufReader::new(read).lines();
+    if write
+        .write_all(format!("{GREETING}\n").as_bytes())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    while let Ok(Some(line)) = lines.next_line().await {
+        let answer = match line.as_str() {
+            "PING" => "PONG".to_owned(),
+            "IS_TLS" => sni.is_some().to_string(),
+            "TEST" => serde_json::json!({
+                "namespace": identity.1,
+                "pod": identity.0,
+                "isTLS": sni.is_some(),
+                "tls": {"serverName": sni.clone().unwrap_or_default()},
+            })
+            .to_string(),
+            _ => "UNKNOWN".to_owned(),
+        };
+        if write
+            .write_all(format!("{answer}\n").as_bytes())
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// What the suite's TCP client learns on one connection: the pod's `TEST` answer, after
+/// checking the greeting, `PONG` and `IS_TLS`.
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(stream: S, tls: bool) -> serde_json::Value {
+    let (read, mut write) = tokio::io::split(stream);
+    let mut lines = BufReader::new(read).lines();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .expect("an answer within 5 s")
+            .unwrap()
+            .expect("a line")
+    };
+    assert_eq!(next().await, GREETING);
+    write.write_all(b"PING\n").await.unwrap();
+    assert_eq!(next().await, "PONG");
+    write.write_all(b"IS_TLS\n").await.unwrap();
+    assert_eq!(next().await, tls.to_string());
+    write.write_all(b"TEST\n").await.unwrap();
+    serde_json::from_str(&next().await).unwrap()
+}
+
+/// A TLS connection to `addr` under `server_name`, trusting `ca` (TLS 1.2 or later).
+async fn tls_dial(
+    addr: SocketAddr,
+    server_name: &str,
+    ca: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(ca)));
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(server_name.to_owned()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp))
+        .await
+        .map_err(|_| std::io::Error::other("handshake timed out"))?
+}
+
+/// The suite's rejection check: the handshake ends with the connection closed or reset, not
+/// with a TLS alert and not completed.
+async fn expect_rejection(addr: SocketAddr, server_name: &str, ca: &str) {
+    let error = tls_dial(addr, server_name, ca)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("{server_name}: the handshake completed"));
+    assert!(
+        matches!(
+            error.kind(),
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+        ),
+        "{server_name}: closed or reset, not {error:?}"
+    );
+}
+
+/// A Service with named ports (`name`, service port) in `namespace`, its EndpointSlice giving
+/// each pod's address for each named port.
+fn service(name: &str, namespace: &str, ports: &[(&str, u16)], pods: &[Vec<SocketAddr>]) -> String {
+    let service_ports: Vec<String> = ports
+        .iter()
+        .map(|(port_name, port)| {
+            format!("{{name: {port_name}, protocol: TCP, port: {port}, targetPort: {port}}}")
+        })
+        .collect();
+    let mut yaml = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  selector: {{app: {name}}}\n  ports: [{}]\n",
+        service_ports.join(", ")
+    );
+    for (index, pod) in pods.iter().enumerate() {
+        let slice_ports: Vec<String> = ports
+            .iter()
+            .zip(pod)
+            .map(|((port_name, _), addr)| format!("{{name: {port_name}, port: {}}}", addr.port()))
+            .collect();
+        yaml.push_str(&format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-{index}, namespace: {namespace}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{}]\nendpoints: [{{addresses: [\"{}\"]}}]\n",
+            slice_ports.join(", "),
+            pod[0].ip()
+        ));
+    }
+    yaml
+}
+
+/// Deployment `tcp-backend` of the base manifests: two replicas, plain TCP on `echo-tcp-plain`
+/// (3000) and TLS with `tls-passthrough-checks-certificate` (abc.example.com) on
+/// `echo-tcp-tls` (8443).
+async fn tcp_backend(ca: &TestCa, first_ip: u8) -> String {
+    let certificate = ca.server(&["abc.example.com"]).unwrap();
+    let mut pods = Vec::new();
+    for n in 0..2u8 {
+        let pod = EchoPod::start(
+            &format!("tcp-backend-7d9f8-{n}"),
+            INFRA,
+            pod_ip(first_ip + n),
+            Some(&certificate),
+        )
+        .await;
+        pods.push(vec![pod.plain, pod.tls.unwrap()]);
+    }
+    service(
+        "tcp-backend",
+        INFRA,
+        &[("echo-tcp-plain", 3000), ("echo-tcp-tls", 8443)],
+        &pods,
+    )
+}
+
+/// A one-replica TCP echo Deployment `name` (port `tcp` 3000) in `namespace`.
+async fn tcp_echo(name: &str, namespace: &str, ip: u8) -> String {
+    let pod = EchoPod::start(&format!("{name}-5c6d7-0"), namespace, pod_ip(ip), None).await;
+    service(name, namespace, &[("tcp", 3000)], &[vec![pod.plain]])
+}
+
+async fn serve(documents: &[String], ip: IpAddr, ports: &[u16]) -> (tempfile::TempDir, Sluice) {
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(dir.path(), "conformance.yaml", documents);
+    let sluice = Sluice::start(dir.path(), &["--gateway-address", &ip.to_string()]).await;
+    for port in ports {
+        let socket = SocketAddr::new(ip, *port);
+        wait_until(
+            &format!("{socket} to accept"),
+            Duration::from_secs(10),
+            || async move { TcpStream::connect(socket).await.is_ok() },
+        )
+        .await;
+    }
+    (dir, sluice)
+}
+
+/// A TLS listener item (`allowedRoutes` from Same, kinds TLSRoute).
+fn tls_listener(name: &str, port: u16, hostname: &str, tls: &str) -> String {
+    format!("  - {{name: {name}, port: {port}, protocol: TLS, hostname: \"{hostname}\", tls: {tls}, allowedRoutes: {{namespaces: {{from: Same}}, kinds: [{{kind: TLSRoute}}]}}}}\n")
+}
+
+fn gateway(name: &str, listeners: &str) -> String {
+    format!("apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  gatewayClassName: sluice\n  listeners:\n{listeners}")
+}
+
+fn tls_route(name: &str, gateway: &str, hostname: &str, service: &str, port: u16) -> String {
+    format!("apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  parentRefs: [{{name: {gateway}, namespace: {INFRA}}}]\n  hostnames: [\"{hostname}\"]\n  rules:\n  - backendRefs: [{{name: {service}, port: {port}}}]\n")
+}
+
+fn terminate_certificate(ca: &TestCa) -> String {
+    ca.server(&["tls.example.com"]).unwrap().secret_yaml(
+        INFRA,
+        "tls-terminate-checks-certificate",
+        None,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_route_simple_same_namespace() {
+    let ca = TestCa::new("tls-checks-ca-certificate").unwrap();
+    let port = free_port();
+    let ip = gateway_ip(1);
+    let documents = [
+        base(),
+        gateway(
+            "gateway-tlsroute",
+            &tls_listener("https", port, "*.example.com", "{mode: Passthrough}"),
+        ),
+        tls_route(
+            "gateway-conformance-infra-test",
+            "gateway-tlsroute",
+            "abc.example.com",
+            "tcp-backend",
+            8443,
+        ),
+        tcp_backend(&ca, 10).await,
+    ];
+    let (_dir, _sluice) = serve(&documents, ip, &[port]).await;
+    let socket = SocketAddr::new(ip, port);
+    for _ in 0..3 {
+        let stream = tls_dial(socket, "abc.example.com", &ca.cert_pem())
+            .await
+            .expect("the pod's certificate for abc.example.com");
+        let test = exchange(stream, true).await;
+        assert_eq!(test["namespace"], INFRA);
+        assert!(test["pod"].as_str().unwrap().starts_with("tcp-backend-"));
+        assert_eq!(test["tls"]["serverName"], "abc.example.com");
+    }
+    expect_rejection(socket, "other.example.com", &ca.cert_pem()).await;
+    expect_rejection(socket, "abc.example.org", &ca.cert_pem()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_route_terminate_and_mixed_termination_same_namespace() {
+    let ca = TestCa::new("tls-checks-ca-certificate").unwrap();
+    let (terminate_port, mixed_port) = (free_port(), free_port());
+    let ip = gateway_ip(2);
+    let documents = [
+        base(),
+        // TLSRouteTerminateSimpleSameNamespace
+        gateway(
+            "gateway-tlsroute-terminate",
+            &tls_listener(
+                "tlsterminate",
+                terminate_port,
+                "tls.example.com",
+                "{mode: Terminate, certificateRefs: [{name: tls-terminate-checks-certificate}]}",
+            ),
+        ),
+        tls_route(
+            "tlsroute-terminated-test",
+            "gateway-tlsroute-terminate",
+            "tls.example.com",
+            "tcp-backend",
+            3000,
+        ),
+        // TLSRouteMixedTerminationSameNamespace
+        gateway(
+            "gateway-tlsroute-mixed-termination",
+            &(tls_listener(
+                "tls-terminate",
+                mixed_port,
+                "tls.example.com",
+                "{mode: Terminate, certificateRefs: [{name: tls-terminate-checks-certificate}]}",
+            ) + &tls_listener(
+                "tls-passthrough",
+                mixed_port,
+                "abc.example.com",
+                "{mode: Passthrough}",
+            )),
+        ),
+        tls_route(
+            "gateway-conformance-mixed-passthroughroute",
+            "gateway-tlsroute-mixed-termination",
+            "abc.example.com",
+            "tcp-backend",
+            8443,
+        ),
+        tls_route(
+            "gateway-conformance-mixed-terminateroute",
+            "gateway-tlsroute-mixed-termination",
+            "tls.example.com",
+            "tcp-backend",
+            3000,
+        ),
+        tcp_backend(&ca, 12).await,
+        terminate_certificate(&ca),
+    ];
+    let (_dir, sluice) = serve(&documents, ip, &[terminate_port, mixed_port]).await;
+    let ca_pem = ca.cert_pem();
+    for port in [terminate_port, mixed_port] {
+        let stream = tls_dial(SocketAddr::new(ip, port), "tls.example.com", &ca_pem)
+            .await
+            .expect("the listener's certificate for tls.example.com");
+        let test = exchange(stream, false).await;
+        assert_eq!(test["namespace"], INFRA);
+        assert!(test["pod"].as_str().unwrap().starts_with("tcp-backend-"));
+    }
+    let stream = tls_dial(SocketAddr::new(ip, mixed_port), "abc.example.com", &ca_pem)
+        .await
+        .expect("the pod's certificate for abc.example.com");
+    let test = exchange(stream, true).await;
+    assert_eq!(test["tls"]["serverName"], "abc.example.com");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let mixed = report["gateways"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "gateway-tlsroute-mixed-termination")
+        .unwrap();
+    for listener in mixed["listeners"].as_array().unwrap() {
+        assert_eq!(listener["attachedRoutes"], 1, "{listener}");
+        assert_eq!(listener["supportedKinds"][0]["kind"], "TLSRoute");
+        assert_eq!(
+            listener["conditions"][0]["reason"], "Accepted",
+            "{listener}"
+        );
+    }
+}
+
+/// A TCP listener item taking TCPRoutes.
+fn tcp_listener(name: &str, port: u16) -> String {
+    format!("  - {{name: {name}, port: {port}, protocol: TCP, allowedRoutes: {{kinds: [{{kind: TCPRoute}}]}}}}\n")
+}
+
+fn tcp_route(name: &str, parent: &str, backends: &str, created: Option<&str>) -> String {
+    let created = created
+        .map(|at| format!(", creationTimestamp: \"{at}\""))
+        .unwrap_or_default();
+    format!("apiVersion: gateway.networking.k8s.io/v1\nkind: TCPRoute\nmetadata: {{name: {name}, namespace: {INFRA}{created}}}\nspec:\n  parentRefs: [{parent}]\n  rules:\n  - backendRefs: [{backends}]\n")
+}
+
+/// The pod that answers one plain connection to `socket` (the suite's `EchoSendOnce`).
+async fn echo_send_once(socket: SocketAddr) -> String {
+    let stream = TcpStream::connect(socket).await.unwrap();
+    let test = exchange(stream, false).await;
+    test["pod"].as_str().unwrap().to_owned()
+}
+
+/// The Deployment a pod name belongs to: the name without its last two `-` parts.
+fn deployment_of(pod: &str) -> String {
+    let parts: Vec<&str> = pod.split('-').collect();
+    parts[..parts.len() - 2].join("-")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_route_parent_ref_port_and_section_name_and_multiple_routes_attachment() {
+    let ports = [free_port(), free_port(), free_port(), free_port()];
+    let ip = gateway_ip(3);
+    let mut documents = vec![
+        base(),
+        // TCPRouteParentRefPortAndSectionName
+        gateway(
+            "tcp-multi-listener-gateway",
+            &(tcp_listener("one", ports[0]) + &tcp_listener("two", ports[1]) + &tcp_listener("three", ports[2])),
+        ),
+        tcp_route(
+            "tcp-route-by-port",
+            &format!("{{name: tcp-multi-listener-gateway, port: {}}}", ports[0]),
+            "{name: tcp-echo-one, port: 3000}",
+            None,
+        ),
+        tcp_route(
+            "tcp-route-by-section",
+            "{name: tcp-multi-listener-gateway, sectionName: two}",
+            "{name: tcp-echo-two, port: 3000}",
+            None,
+        ),
+        tcp_route(
+            "tcp-route-by-section-and-port",
+            &format!("{{name: tcp-multi-listener-gateway, sectionName: three, port: {}}}", ports[2]),
+            "{name: tcp-echo-three, port: 3000}",
+            None,
+        ),
+        tcp_echo("tcp-echo-one", INFRA, 20).await,
+        tcp_echo("tcp-echo-two", INFRA, 21).await,
+        tcp_echo("tcp-echo-three", INFRA, 22).await,
+        // TCPRouteMultipleRoutesAttachment: the older route first.
+        format!("apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: tcp-multi-route-attach-gateway, namespace: {INFRA}}}\nspec:\n  gatewayClassName: sluice\n  listeners:\n  - {{name: tcp, port: {}, protocol: TCP, allowedRoutes: {{namespaces: {{from: Same}}, kinds: [{{group: gateway.networking.k8s.io, kind: TCPRoute}}]}}}}\n", ports[3]),
+        tcp_route(
+            "tcproute-attach-older",
+            "{name: tcp-multi-route-attach-gateway, sectionName: tcp}",
+            "{name: tcp-attach-backend-1, port: 3000}",
+            Some("2026-12-04T10:00:00Z"),
+        ),
+        tcp_echo("tcp-attach-backend-1", INFRA, 23).await,
+        tcp_echo("tcp-attach-backend-2", INFRA, 24).await,
+    ];
+    let (dir, sluice) = serve(&documents, ip, &ports).await;
+    for (port, backend) in ports
+        .iter()
+        .zip(["tcp-echo-one", "tcp-echo-two", "tcp-echo-three"])
+    {
+        let pod = echo_send_once(SocketAddr::new(ip, *port)).await;
+        assert_eq!(deployment_of(&pod), backend, "port {port}");
+    }
+    let attach = SocketAddr::new(ip, ports[3]);
+    assert_eq!(
+        deployment_of(&echo_send_once(attach).await),
+        "tcp-attach-backend-1"
+    );
+    // A second later the newer route arrives; the older keeps the listener's traffic.
+    let generation = sluice.generation().await;
+    documents.push(tcp_route(
+        "tcproute-attach-newer",
+        "{name: tcp-multi-route-attach-gateway, sectionName: tcp}",
+        "{name: tcp-attach-backend-2, port: 3000}",
+        Some("2026-12-04T10:00:01Z"),
+    ));
+    write_manifest(dir.path(), "conformance.yaml", &documents);
+    sluice.wait_for_generation_after(generation).await;
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let listener = report["gateways"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "tcp-multi-route-attach-gateway")
+        .map(|g| g["listeners"][0].clone())
+        .unwrap();
+    assert_eq!(listener["attachedRoutes"], 2, "{listener}");
+    for route in report["routes"].as_array().unwrap() {
+        assert_eq!(route["kind"], "TCPRoute");
+        let accepted = &route["parents"][0]["conditions"][0];
+        assert_eq!(accepted["reason"], "Accepted", "{route}");
+    }
+    for _ in 0..100 {
+        let pod = echo_send_once(attach).await;
+        assert_eq!(deployment_of(&pod), "tcp-attach-backend-1");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_route_weighted_routing() {
+    let port = free_port();
+    let ip = gateway_ip(4);
+    let documents = [
+        base(),
+        gateway("tcp-weighted-gateway", &tcp_listener("tcp", port)),
+        tcp_route(
+            "tcp-weighted-route",
+            "{name: tcp-weighted-gateway, sectionName: tcp}",
+            "{name: tcp-backend-v1, port: 3000, weight: 70}, {name: tcp-backend-v2, port: 3000, weight: 30}, {name: tcp-backend-v3, port: 3000, weight: 0}",
+            None,
+        ),
+        tcp_echo("tcp-backend-v1", INFRA, 30).await,
+        tcp_echo("tcp-backend-v2", INFRA, 31).await,
+        tcp_echo("tcp-backend-v3", INFRA, 32).await,
+    ];
+    let (_dir, _sluice) = serve(&documents, ip, &[port]).await;
+    let socket = SocketAddr::new(ip, port);
+    // The suite's weight check: 500 connections, 10 at a time, each share within 5 points,
+    // tried up to 10 times (a share is off by more than 5 points in about 1.5 % of tries).
+    let mut tries = Vec::new();
+    for _ in 0..10 {
+        let counts = weighted_sample(socket).await;
+        assert!(
+            !counts.contains_key("tcp-backend-v3"),
+            "weight 0 gets no connection: {counts:?}"
+        );
+        let share = |name: &str| f64::from(counts.get(name).copied().unwrap_or(0)) / 500.0;
+        let within = (share("tcp-backend-v1") - 0.7).abs() <= 0.05
+            && (share("tcp-backend-v2") - 0.3).abs() <= 0.05;
+        tries.push(counts);
+        if within {
+            return;
+        }
+    }
+    panic!("no try within 5 points of 70/30: {tries:?}");
+}
+
+/// The Deployments that answer 500 connections to `socket`, opened 10 at a time.
+async fn weighted_sample(socket: SocketAddr) -> std::collections::BTreeMap<String, u32> {
+    let mut counts = std::collections::BTreeMap::<String, u32>::new();
+    for _ in 0..50 {
+        let batch: Vec<_> = (0..10)
+            .map(|_| tokio::spawn(echo_send_once(socket)))
+            .collect();
+        for task in batch {
+            *counts
+                .entry(deployment_of(&task.await.unwrap()))
+                .or_default() += 1;
+        }
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_route_reference_grant() {
+    let port = free_port();
+    let ip = gateway_ip(5);
+    let grant = format!("apiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {{name: tcp-reference-grant, namespace: {WEB}}}\nspec:\n  from: [{{group: gateway.networking.k8s.io, kind: TCPRoute, namespace: {INFRA}}}]\n  to: [{{group: \"\", kind: Service, name: tcp-reference-grant-backend}}]\n");
+    let mut documents = vec![
+        base(),
+        gateway("tcp-reference-grant-gateway", &tcp_listener("tcp", port)),
+        tcp_route(
+            "tcp-reference-grant",
+            "{name: tcp-reference-grant-gateway, sectionName: tcp}",
+            &format!("{{name: tcp-reference-grant-backend, namespace: {WEB}, port: 3000}}"),
+            None,
+        ),
+        tcp_echo("tcp-reference-grant-backend", WEB, 40).await,
+        grant,
+    ];
+    let (dir, sluice) = serve(&documents, ip, &[port]).await;
+    let socket = SocketAddr::new(ip, port);
+    let stream = TcpStream::connect(socket).await.unwrap();
+    let test = exchange(stream, false).await;
+    assert_eq!(test["namespace"], WEB);
+    assert!(test["pod"]
+        .as_str()
+        .unwrap()
+        .starts_with("tcp-reference-grant-backend-"));
+
+    // The grant goes: the route's reference is no longer permitted, connections are closed.
+    let generation = sluice.generation().await;
+    documents.pop();
+    write_manifest(dir.path(), "conformance.yaml", &documents);
+    sluice.wait_for_generation_after(generation).await;
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let resolved = &report["routes"][0]["parents"][0]["conditions"][1];
+    assert_eq!(resolved["type"], "ResolvedRefs");
+    assert_eq!(resolved["status"], "False", "{report}");
+    assert_eq!(resolved["reason"], "RefNotPermitted", "{report}");
+    let mut stream = TcpStream::connect(socket).await.unwrap();
+    let mut buffer = [0u8; 64];
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut stream, &mut buffer),
+    )
+    .await
+    .expect("closed at once");
+    assert!(matches!(read, Ok(0) | Err(_)), "no pod answers: {read:?}");
+}

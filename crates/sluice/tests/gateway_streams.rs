@@ -1,0 +1,367 @@
+//! Gateway API beyond HTTP through the real binary: TLS listeners that pass the stream through or terminate it (TLSRoute), TCP listeners (TCPRoute), weights per connection, endpoint changes, and their status in `/api/gateways`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use sluice_testkit::TestCa;
+use support::tls::{client_config, served_subject};
+use support::{free_port, pod_ip, service, wait_until, write_manifest, Sluice};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The address a test's Gateway names in `spec.addresses`.
+fn gateway_ip(n: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 3, n))
+}
+
+const CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: sluice}\nspec: {controllerName: sluice.dev/gateway-controller}\n";
+
+/// A Gateway `gw` at `ip` with `listeners` (YAML list items, indented four spaces).
+fn gateway(ip: IpAddr, listeners: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw}}\nspec:\n  gatewayClassName: sluice\n  addresses: [{{type: IPAddress, value: \"{ip}\"}}]\n  listeners:\n{listeners}"
+    )
+}
+
+/// A TCP pod that says its name on every connection, then echoes what it gets.
+async fn identity_pod(name: &'static str, ip: IpAddr) -> SocketAddr {
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if stream
+                    .write_all(format!("{name}\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let (mut read, mut write) = stream.split();
+                let _ = tokio::io::copy(&mut read, &mut write).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A pod that terminates TLS itself with `issued` and says its name and the server name it
+/// was asked for, then echoes.
+async fn tls_pod(name: &'static str, ip: IpAddr, issued: &sluice_testkit::IssuedPem) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(issued.cert.as_bytes())
+            .map(Result::unwrap)
+            .collect();
+    let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let sni = tls.get_ref().1.server_name().unwrap_or("-").to_owned();
+                let hello = format!("{name} sni={sni}\n");
+                if tls.write_all(hello.as_bytes()).await.is_err() {
+                    return;
+                }
+                let mut buffer = [0u8; 1024];
+                while let Ok(n) = tls.read(&mut buffer).await {
+                    if n == 0 || tls.write_all(&buffer[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The first line read from `stream`; `None` when it closes (or says nothing for 5 s) first.
+async fn first_line<S>(stream: S) -> Option<String>
+where
+    S: tokio::io::AsyncRead + Unpin,
+{
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    match tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line)).await {
+        Ok(Ok(n)) if n > 0 => Some(line.trim_end().to_owned()),
+        _ => None,
+    }
+}
+
+/// Connects with TLS to `addr` under `server_name`, trusting `ca`; the stream, or the error.
+async fn tls_connect(
+    addr: SocketAddr,
+    server_name: &str,
+    ca: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(ca)));
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(server_name.to_owned()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp))
+        .await
+        .map_err(|_| std::io::Error::other("handshake timed out"))?
+}
+
+async fn wait_for_socket(addr: SocketAddr) {
+    wait_until(
+        &format!("{addr} to accept"),
+        Duration::from_secs(10),
+        || async move { TcpStream::connect(addr).await.is_ok() },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_listeners_pass_through_or_terminate_by_server_name() {
+    let pod_ca = TestCa::new("pod CA").unwrap();
+    let edge_ca = TestCa::new("edge CA").unwrap();
+    let pod = tls_pod(
+        "tls-pod",
+        pod_ip(201),
+        &pod_ca.server(&["app.pass.test"]).unwrap(),
+    )
+    .await;
+    let plain = identity_pod("plain-pod", pod_ip(202)).await;
+    let edge = edge_ca.server(&["term.test"]).unwrap();
+    let (pass_port, term_port) = (free_port(), free_port());
+    let ip = gateway_ip(20);
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            CLASS.to_owned(),
+            gateway(
+                ip,
+                &format!(
+                    "  - {{name: pass, port: {pass_port}, protocol: TLS, hostname: \"*.pass.test\", tls: {{mode: Passthrough}}}}\n  - {{name: term, port: {term_port}, protocol: TLS, hostname: term.test, tls: {{mode: Terminate, certificateRefs: [{{name: edge-cert}}]}}}}\n"
+                ),
+            ),
+            "apiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TLSRoute\nmetadata: {name: pass}\nspec:\n  parentRefs: [{name: gw, sectionName: pass}]\n  hostnames: [app.pass.test]\n  rules: [{backendRefs: [{name: tls-pod, port: 443}]}]\n".to_owned(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata: {name: term}\nspec:\n  parentRefs: [{name: gw, sectionName: term}]\n  hostnames: [term.test]\n  rules: [{backendRefs: [{name: plain, port: 9000}]}]\n".to_owned(),
+            service("tls-pod", 443, &[pod]),
+            service("plain", 9000, &[plain]),
+            edge.secret_yaml("default", "edge-cert", None),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let (pass, term) = (
+        SocketAddr::new(ip, pass_port),
+        SocketAddr::new(ip, term_port),
+    );
+    wait_for_socket(pass).await;
+    wait_for_socket(term).await;
+
+    // Passthrough: the client sees the pod's certificate, and the pod sees the server name.
+    let mut stream = tls_connect(pass, "app.pass.test", &pod_ca.cert_pem())
+        .await
+        .expect("the pod's certificate, trusted by the pod's CA");
+    stream.write_all(b"ping\n").await.unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut hello = String::new();
+    reader.read_line(&mut hello).await.unwrap();
+    assert_eq!(hello.trim_end(), "tls-pod sni=app.pass.test");
+    let mut echoed = String::new();
+    reader.read_line(&mut echoed).await.unwrap();
+    assert_eq!(echoed, "ping\n");
+    assert_eq!(
+        served_subject(pass, Some("app.pass.test")),
+        "CN=app.pass.test"
+    );
+    // A name the listener takes but no route serves, and a name the listener does not take:
+    // the connection is closed without a handshake.
+    for name in ["other.pass.test", "term.test"] {
+        let refused = tls_connect(pass, name, &pod_ca.cert_pem()).await;
+        assert!(refused.is_err(), "{name} must not reach a backend");
+    }
+
+    // Terminate: the client sees the listener's certificate, the pod gets the plain bytes.
+    let mut stream = tls_connect(term, "term.test", &edge_ca.cert_pem())
+        .await
+        .expect("the listener's certificate, trusted by the edge CA");
+    assert_eq!(
+        stream.get_ref().1.alpn_protocol(),
+        None,
+        "no ALPN on a TLS listener"
+    );
+    stream.write_all(b"hello\n").await.unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).await.unwrap();
+    assert_eq!(line, "plain-pod\n");
+    line.clear();
+    reader.read_line(&mut line).await.unwrap();
+    assert_eq!(line, "hello\n");
+    assert_eq!(served_subject(term, Some("term.test")), "CN=term.test");
+
+    // Status: the routes attach, each listener takes TLSRoute only.
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    for listener in report["gateways"][0]["listeners"].as_array().unwrap() {
+        assert_eq!(listener["attachedRoutes"], 1, "{report}");
+        assert_eq!(
+            listener["supportedKinds"][0]["kind"], "TLSRoute",
+            "{report}"
+        );
+    }
+    let routes = report["routes"].as_array().unwrap();
+    assert_eq!(routes.len(), 2, "{report}");
+    for route in routes {
+        assert_eq!(route["kind"], "TLSRoute", "{report}");
+        let accepted = &route["parents"][0]["conditions"][0];
+        assert_eq!(
+            (accepted["type"].as_str(), accepted["status"].as_str()),
+            (Some("Accepted"), Some("True")),
+            "{report}"
+        );
+    }
+}
+
+/// Opens a connection to `addr` and returns the name its pod says.
+async fn who_answers(addr: SocketAddr) -> Option<String> {
+    let stream = TcpStream::connect(addr).await.ok()?;
+    first_line(stream).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_listeners_split_connections_by_weight_and_follow_endpoint_changes() {
+    let a1 = identity_pod("a1", pod_ip(203)).await;
+    let a2 = identity_pod("a2", pod_ip(204)).await;
+    let b = identity_pod("b", pod_ip(205)).await;
+    let port = free_port();
+    let ip = gateway_ip(21);
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = |a_endpoints: &[SocketAddr]| {
+        vec![
+            CLASS.to_owned(),
+            gateway(ip, &format!("  - {{name: tcp, port: {port}, protocol: TCP}}\n")),
+            "apiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TCPRoute\nmetadata: {name: split}\nspec:\n  parentRefs: [{name: gw}]\n  rules: [{backendRefs: [{name: a, port: 9000, weight: 3}, {name: b, port: 9000, weight: 1}]}]\n".to_owned(),
+            service("a", 9000, a_endpoints),
+            service("b", 9000, &[b]),
+        ]
+    };
+    write_manifest(dir.path(), "app.yaml", &manifest(&[a1, a2]));
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let socket = SocketAddr::new(ip, port);
+    wait_for_socket(socket).await;
+
+    let mut counts = std::collections::BTreeMap::<String, u32>::new();
+    for _ in 0..1000 {
+        let name = who_answers(socket)
+            .await
+            .expect("every connection reaches a pod");
+        *counts.entry(name).or_default() += 1;
+    }
+    let count = |name: &str| counts.get(name).copied().unwrap_or(0);
+    let a = count("a1") + count("a2");
+    // Weights 3:1 over 1,000 connections: b's share is 250 on average, 3.5 sigma either way.
+    assert!((200..=300).contains(&count("b")), "{counts:?}");
+    assert_eq!(a + count("b"), 1000, "{counts:?}");
+    assert!(
+        count("a1") > 250 && count("a2") > 250,
+        "a's endpoints take turns: {counts:?}"
+    );
+
+    // An established connection to a2 survives a2's removal; new ones no longer reach it.
+    let mut held = None;
+    for _ in 0..40 {
+        let mut stream = BufReader::new(TcpStream::connect(socket).await.unwrap());
+        let mut name = String::new();
+        tokio::time::timeout(Duration::from_secs(5), stream.read_line(&mut name))
+            .await
+            .expect("the pod says its name")
+            .unwrap();
+        if name == "a2\n" {
+            held = Some(stream);
+            break;
+        }
+    }
+    let mut held = held.expect("a2 answers one of 40 connections");
+    let generation = sluice.generation().await;
+    write_manifest(dir.path(), "app.yaml", &manifest(&[a1]));
+    sluice.wait_for_generation_after(generation).await;
+    for _ in 0..100 {
+        let name = who_answers(socket)
+            .await
+            .expect("a connection reaches a pod");
+        assert_ne!(name, "a2", "a removed endpoint gets no new connections");
+    }
+    held.get_mut().write_all(b"still here\n").await.unwrap();
+    let mut echoed = String::new();
+    tokio::time::timeout(Duration::from_secs(5), held.read_line(&mut echoed))
+        .await
+        .expect("the established connection still echoes")
+        .unwrap();
+    assert_eq!(echoed, "still here\n");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let listener = &report["gateways"][0]["listeners"][0];
+    assert_eq!(
+        listener["supportedKinds"][0]["kind"], "TCPRoute",
+        "{report}"
+    );
+    assert_eq!(listener["attachedRoutes"], 1, "{report}");
+    assert_eq!(report["routes"][0]["kind"], "TCPRoute", "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_kind_the_listener_protocol_does_not_take_is_refused_with_its_reason() {
+    let pod = identity_pod("pod", pod_ip(206)).await;
+    let port = free_port();
+    let ip = gateway_ip(22);
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            CLASS.to_owned(),
+            gateway(
+                ip,
+                &format!("  - {{name: tcp, port: {port}, protocol: TCP, allowedRoutes: {{kinds: [{{kind: HTTPRoute}}]}}}}\n"),
+            ),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: web}\nspec:\n  parentRefs: [{name: gw}]\n  rules: [{backendRefs: [{name: pod, port: 9000}]}]\n".to_owned(),
+            service("pod", 9000, &[pod]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let listener = &report["gateways"][0]["listeners"][0];
+    let resolved = listener["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "ResolvedRefs")
+        .unwrap();
+    assert_eq!(resolved["status"], "False", "{report}");
+    assert_eq!(resolved["reason"], "InvalidRouteKinds", "{report}");
+    assert_eq!(
+        listener["supportedKinds"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    let accepted = &report["routes"][0]["parents"][0]["conditions"][0];
+    assert_eq!(accepted["status"], "False", "{report}");
+    assert_eq!(accepted["reason"], "NotAllowedByListeners", "{report}");
+}
