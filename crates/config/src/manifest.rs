@@ -111,7 +111,7 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "Service" | "Secret" | "ConfigMap" | "Namespace" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
         "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute"
-        | "ReferenceGrant" => {
+        | "UDPRoute" | "ReferenceGrant" => {
             return gateway_object(value, &api_version, &kind);
         }
         "Middleware" if is_traefik(&api_version) => {
@@ -153,14 +153,14 @@ fn parse_object(value: Value) -> Result<Document, String> {
 }
 
 /// A Gateway API object: `gateway.networking.k8s.io/v1`, or `v1beta1`, which the upstream CRDs
-/// still serve with the same schema; TLSRoute and TCPRoute also as `v1alpha2` (and TLSRoute
+/// still serve with the same schema; TLSRoute, TCPRoute and UDPRoute also as `v1alpha2` (and TLSRoute
 /// `v1alpha3`), the versions they had before they became standard, with the fields sluice
 /// reads unchanged.
 fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Document, String> {
     let version = api_version
         .strip_prefix(crate::gateway::GATEWAY_GROUP)
         .and_then(|rest| rest.strip_prefix('/'));
-    let stream_route = matches!(kind, "TLSRoute" | "TCPRoute");
+    let stream_route = matches!(kind, "TLSRoute" | "TCPRoute" | "UDPRoute");
     let read = match version {
         Some("v1" | "v1beta1") => true,
         Some("v1alpha2") => stream_route,
@@ -180,6 +180,7 @@ fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Documen
         "GRPCRoute" => KubeObject::GrpcRoute(typed(value)?),
         "TLSRoute" => KubeObject::TlsRoute(typed(value)?),
         "TCPRoute" => KubeObject::TcpRoute(typed(value)?),
+        "UDPRoute" => KubeObject::UdpRoute(typed(value)?),
         _ => KubeObject::ReferenceGrant(typed(value)?),
     };
     named(object)

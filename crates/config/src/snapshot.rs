@@ -8,7 +8,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gateway::{
-    Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute,
+    Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
 };
 use crate::traefik::Middleware;
 
@@ -58,6 +58,7 @@ pub enum KubeObject {
     GrpcRoute(GrpcRoute),
     TlsRoute(TlsRoute),
     TcpRoute(TcpRoute),
+    UdpRoute(UdpRoute),
     ReferenceGrant(ReferenceGrant),
     /// Read for its labels, which Gateway listeners select route namespaces by.
     Namespace(Namespace),
@@ -80,6 +81,7 @@ impl KubeObject {
             Self::GrpcRoute(_) => "GRPCRoute",
             Self::TlsRoute(_) => "TLSRoute",
             Self::TcpRoute(_) => "TCPRoute",
+            Self::UdpRoute(_) => "UDPRoute",
             Self::ReferenceGrant(_) => "ReferenceGrant",
             Self::Namespace(_) => "Namespace",
             Self::Middleware(_) => "Middleware",
@@ -100,6 +102,7 @@ impl KubeObject {
             Self::GrpcRoute(o) => &o.metadata,
             Self::TlsRoute(o) => &o.metadata,
             Self::TcpRoute(o) => &o.metadata,
+            Self::UdpRoute(o) => &o.metadata,
             Self::ReferenceGrant(o) => &o.metadata,
             Self::Namespace(o) => &o.metadata,
             Self::Middleware(o) => &o.metadata,
@@ -120,6 +123,7 @@ impl KubeObject {
             Self::GrpcRoute(o) => &mut o.metadata,
             Self::TlsRoute(o) => &mut o.metadata,
             Self::TcpRoute(o) => &mut o.metadata,
+            Self::UdpRoute(o) => &mut o.metadata,
             Self::ReferenceGrant(o) => &mut o.metadata,
             Self::Namespace(o) => &mut o.metadata,
             Self::Middleware(o) => &mut o.metadata,
@@ -146,6 +150,7 @@ pub struct Snapshot {
     pub grpc_routes: BTreeMap<ObjectKey, GrpcRoute>,
     pub tls_routes: BTreeMap<ObjectKey, TlsRoute>,
     pub tcp_routes: BTreeMap<ObjectKey, TcpRoute>,
+    pub udp_routes: BTreeMap<ObjectKey, UdpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Namespace is cluster-scoped: keyed by name alone. Only Gateway listeners read it.
     pub namespaces: BTreeMap<String, Namespace>,
@@ -193,6 +198,9 @@ impl Snapshot {
             }
             KubeObject::TcpRoute(o) => {
                 self.tcp_routes.insert(key, o);
+            }
+            KubeObject::UdpRoute(o) => {
+                self.udp_routes.insert(key, o);
             }
             KubeObject::ReferenceGrant(o) => {
                 self.reference_grants.insert(key, o);
@@ -246,6 +254,9 @@ impl Snapshot {
             KubeObject::TcpRoute(_) => {
                 self.tcp_routes.remove(&key);
             }
+            KubeObject::UdpRoute(_) => {
+                self.udp_routes.remove(&key);
+            }
             KubeObject::ReferenceGrant(_) => {
                 self.reference_grants.remove(&key);
             }
@@ -274,6 +285,7 @@ impl Snapshot {
             KubeObject::GrpcRoute(_) => self.grpc_routes.get(&key).map(|o| &o.metadata),
             KubeObject::TlsRoute(_) => self.tls_routes.get(&key).map(|o| &o.metadata),
             KubeObject::TcpRoute(_) => self.tcp_routes.get(&key).map(|o| &o.metadata),
+            KubeObject::UdpRoute(_) => self.udp_routes.get(&key).map(|o| &o.metadata),
             KubeObject::ReferenceGrant(_) => self.reference_grants.get(&key).map(|o| &o.metadata),
             KubeObject::Namespace(_) => self.namespaces.get(&key.name).map(|o| &o.metadata),
             KubeObject::Middleware(_) => self.middlewares.get(&key).map(|o| &o.metadata),
@@ -296,6 +308,7 @@ impl Snapshot {
             KubeObject::GrpcRoute(o) => self.grpc_routes.get(&key) == Some(o),
             KubeObject::TlsRoute(o) => self.tls_routes.get(&key) == Some(o),
             KubeObject::TcpRoute(o) => self.tcp_routes.get(&key) == Some(o),
+            KubeObject::UdpRoute(o) => self.udp_routes.get(&key) == Some(o),
             KubeObject::ReferenceGrant(o) => self.reference_grants.get(&key) == Some(o),
             KubeObject::Namespace(o) => self.namespaces.get(&key.name) == Some(o),
             KubeObject::Middleware(o) => self.middlewares.get(&key) == Some(o),

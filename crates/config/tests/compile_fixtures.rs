@@ -88,6 +88,9 @@ struct ExpectedConnection {
     tls: Option<String>,
     /// The backend id (first weighted backendRef), or null: the connection is closed.
     backend: Option<String>,
+    /// A UDP flow rather than a TCP connection.
+    #[serde(default)]
+    udp: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -303,7 +306,11 @@ fn check_connection(
             expected.tls
         ));
     }
-    let backend = match gateways.stream_lookup(socket, name, |_| 1) {
+    let outcome = match expected.udp {
+        true => gateways.datagram_lookup(socket, |_| 1),
+        false => gateways.stream_lookup(socket, name, |_| 1),
+    };
+    let backend = match outcome {
         sluice_routing::GatewayOutcome::Matched { choice, .. } => choice
             .and_then(|choice| choice.backend)
             .and_then(|index| table.backend(index))

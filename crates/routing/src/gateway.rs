@@ -368,6 +368,16 @@ pub enum SocketProtocol {
     Tls,
     /// A TCP stream sent on as it is (TCPRoute).
     Tcp,
+    /// UDP datagrams, per client flow (UDPRoute).
+    Udp,
+}
+
+/// The transport a Gateway socket is bound with: a TCP and a UDP socket may share an address
+/// and port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Transport {
+    Stream,
+    Datagram,
 }
 
 impl SocketProtocol {
@@ -378,6 +388,15 @@ impl SocketProtocol {
             Self::Https => "HTTPS",
             Self::Tls => "TLS",
             Self::Tcp => "TCP",
+            Self::Udp => "UDP",
+        }
+    }
+
+    /// TCP, or UDP for a UDP listener.
+    pub fn transport(self) -> Transport {
+        match self {
+            Self::Udp => Transport::Datagram,
+            _ => Transport::Stream,
         }
     }
 
@@ -417,9 +436,9 @@ pub enum GatewayOutcome<'t> {
     NoRoute,
 }
 
-/// The Gateway listeners of a table, by socket address.
+/// The Gateway listeners of a table, by socket address and transport.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct GatewaySockets(HashMap<SocketAddr, GatewaySocket>);
+pub struct GatewaySockets(HashMap<(SocketAddr, Transport), GatewaySocket>);
 
 impl GatewaySockets {
     /// The TLS site of the listener that a server name (or, without one, a request host)
@@ -432,7 +451,7 @@ impl GatewaySockets {
     /// that select different listeners must not share a TLS connection (421).
     pub fn listener_position(&self, socket: SocketAddr, host: &str) -> Option<usize> {
         self.0
-            .get(&socket)?
+            .get(&(socket, Transport::Stream))?
             .listeners
             .iter()
             .position(|listener| listener.hostname.matches(host))
@@ -456,7 +475,31 @@ impl GatewaySockets {
         server_name: &str,
         draw: impl FnOnce(u32) -> u32,
     ) -> GatewayOutcome<'_> {
-        let listener = self.listener(socket, server_name);
+        self.connection_lookup((socket, Transport::Stream), server_name, draw)
+    }
+
+    /// Routes a new client flow on a UDP socket: the first rule of its listener, and a
+    /// backend by weight.
+    pub fn datagram_lookup(
+        &self,
+        socket: SocketAddr,
+        draw: impl FnOnce(u32) -> u32,
+    ) -> GatewayOutcome<'_> {
+        self.connection_lookup((socket, Transport::Datagram), "", draw)
+    }
+
+    fn connection_lookup(
+        &self,
+        key: (SocketAddr, Transport),
+        server_name: &str,
+        draw: impl FnOnce(u32) -> u32,
+    ) -> GatewayOutcome<'_> {
+        let listener = self.0.get(&key).and_then(|socket| {
+            socket
+                .listeners
+                .iter()
+                .find(|listener| listener.hostname.matches(server_name))
+        });
         let Some(rule) = listener.and_then(|listener| listener.rules.first(server_name)) else {
             return GatewayOutcome::NoRoute;
         };
@@ -468,7 +511,7 @@ impl GatewaySockets {
 
     fn listener(&self, socket: SocketAddr, host: &str) -> Option<&SocketListener> {
         self.0
-            .get(&socket)?
+            .get(&(socket, Transport::Stream))?
             .listeners
             .iter()
             .find(|listener| listener.hostname.matches(host))
@@ -480,7 +523,7 @@ impl GatewaySockets {
         let mut sockets: Vec<_> = self.0.iter().collect();
         sockets.sort_by_key(|(address, _)| **address);
         let mut served = Vec::new();
-        for (address, socket) in sockets {
+        for ((address, _), socket) in sockets {
             for listener in &socket.listeners {
                 let rules = &listener.rules;
                 let mut exact: Vec<_> = rules.exact.iter().collect();
@@ -511,7 +554,7 @@ impl GatewaySockets {
 
     /// The sockets to bind, with the protocol each speaks, sorted by address.
     pub fn addresses(&self) -> Vec<(SocketAddr, SocketProtocol)> {
-        let mut all: Vec<_> = self.0.iter().map(|(a, s)| (*a, s.protocol)).collect();
+        let mut all: Vec<_> = self.0.iter().map(|(a, s)| (a.0, s.protocol)).collect();
         all.sort();
         all
     }
@@ -548,7 +591,7 @@ pub struct ServedListener<'t> {
 /// Builds the Gateway part of a table: listeners first, then the rules attached to them.
 #[derive(Debug, Default)]
 pub struct GatewaySocketsBuilder {
-    sockets: HashMap<SocketAddr, GatewaySocket>,
+    sockets: HashMap<(SocketAddr, Transport), GatewaySocket>,
 }
 
 impl GatewaySocketsBuilder {
@@ -562,7 +605,8 @@ impl GatewaySocketsBuilder {
         hostname: HostPattern,
         site: Option<Arc<TlsSite>>,
     ) -> bool {
-        let entry = self.sockets.entry(socket).or_insert_with(|| GatewaySocket {
+        let key = (socket, protocol.transport());
+        let entry = self.sockets.entry(key).or_insert_with(|| GatewaySocket {
             protocol,
             listeners: Vec::new(),
         });
@@ -577,14 +621,16 @@ impl GatewaySocketsBuilder {
         true
     }
 
-    /// Serves `rule` under `host` on the listener with `listener_host` on `socket`.
+    /// Serves `rule` under `host` on the listener with `listener_host` on the socket of
+    /// `protocol` at `socket`.
     pub fn add_rule(
         &mut self,
-        (socket, listener_host): (SocketAddr, &HostPattern),
+        (socket, protocol, listener_host): (SocketAddr, SocketProtocol, &HostPattern),
         host: HostPattern,
         rule: GatewayRule,
     ) {
-        let listener = self.sockets.get_mut(&socket).and_then(|socket| {
+        let key = (socket, protocol.transport());
+        let listener = self.sockets.get_mut(&key).and_then(|socket| {
             socket
                 .listeners
                 .iter_mut()

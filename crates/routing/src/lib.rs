@@ -29,7 +29,7 @@ pub use canary::CanaryRule;
 pub use gateway::{
     GatewayOutcome, GatewayRule, GatewaySocket, GatewaySockets, GatewaySocketsBuilder, HostPattern,
     RequestFacts, RequestMatch, RuleAction, RulePrecedence, ServedListener, SocketProtocol,
-    TlsMode, ValueCondition, WeightedBackend,
+    TlsMode, Transport, ValueCondition, WeightedBackend,
 };
 pub use host::{normalize_request_host, HostMatch};
 pub use normalize::{normalize_path, PathError};

@@ -341,6 +341,10 @@ pub struct ServeArgs {
     /// connections are closed.
     #[arg(long, alias = "drain-timeout", default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub grace_period: Duration,
+    /// How long a Gateway UDP listener keeps a client's flow (its backend and endpoint)
+    /// without a datagram either way.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub udp_idle_timeout: Duration,
     /// Data-plane workers: single-threaded runtimes on threads of their own, each with its own
     /// SO_REUSEPORT socket on --listen and --listen-tls and its own upstream connections; the
     /// kernel spreads new connections over them. Default: the cores sluice may run on.
@@ -463,6 +467,7 @@ impl ServeArgs {
             observe: self.observe.observe_config(),
             shutdown_delay: self.shutdown_delay,
             grace_period: self.grace_period,
+            udp_idle_timeout: self.udp_idle_timeout,
             source,
             listen: self.listen,
             admin: self.admin,

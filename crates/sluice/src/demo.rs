@@ -84,6 +84,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         observe: args.observe.observe_config(),
         shutdown_delay: Duration::ZERO,
         grace_period: Duration::from_secs(2),
+        udp_idle_timeout: Duration::from_secs(60),
         workers: crate::workers::available_cores(),
     };
     let server = Server::bind(config).await?;

@@ -1,4 +1,4 @@
-//! Gateway listener sockets: binds each socket the published table serves, closes those it no longer serves, and records the ones that cannot be bound.
+//! Gateway listener sockets: binds each socket the published table serves (TCP for HTTP, HTTPS, TLS and TCP listeners, UDP for UDP ones), closes those it no longer serves, and records the ones that cannot be bound.
 //!
 //! Listeners that share an address and port share one socket: the table merges them by
 //! hostname. A socket that cannot be bound (the port is taken, the address is not local) is
@@ -16,10 +16,10 @@ use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Body;
 use sluice_proxy::{
-    serve, serve_streams, serve_tls, ClientBody, ClientInfo, ListenerOptions, ShutdownSignal,
-    ShutdownTrigger, StreamOptions, TlsTerminator,
+    serve, serve_datagrams, serve_streams, serve_tls, ClientBody, ClientInfo, DatagramOptions,
+    ListenerOptions, ShutdownSignal, ShutdownTrigger, StreamOptions, TlsTerminator,
 };
-use sluice_routing::SocketProtocol;
+use sluice_routing::{SocketProtocol, Transport};
 use tokio::task::JoinHandle;
 
 use crate::control::ControlPlane;
@@ -35,26 +35,109 @@ struct BoundSocket {
     task: JoinHandle<()>,
 }
 
-/// Binds one socket, with its TLS terminator when it serves HTTPS or TLS.
-fn bind_socket(
+/// The timeouts of the Gateway's TCP and UDP listeners.
+#[derive(Clone, Copy)]
+pub(crate) struct StreamTimeouts {
+    /// `--connect-timeout`, for each endpoint a connection tries.
+    pub connect: std::time::Duration,
+    /// `--udp-idle-timeout`
+    pub udp_idle: std::time::Duration,
+}
+
+/// A TLS terminator for an HTTPS or TLS socket.
+fn terminator(
     address: SocketAddr,
     protocol: SocketProtocol,
     control: &ControlPlane,
     connect_timeout: std::time::Duration,
-) -> Result<(tokio::net::TcpListener, Option<Arc<TlsTerminator>>), String> {
-    let terminator = match protocol {
+) -> Result<Arc<TlsTerminator>, String> {
+    let terminator = TlsTerminator::new(control.table().clone(), connect_timeout)
+        .map_err(|error| error.to_string())?;
+    Ok(Arc::new(match protocol {
+        SocketProtocol::Tls => terminator.for_gateway_stream_socket(address),
+        _ => terminator.for_gateway_socket(address),
+    }))
+}
+
+/// What a socket is served with.
+struct Serving<'a, F> {
+    control: &'a Arc<ControlPlane>,
+    handler: &'a F,
+    options: &'a ListenerOptions,
+    timeouts: StreamTimeouts,
+}
+
+/// Binds one socket and starts serving it as its protocol says.
+fn start_socket<F, Fut, B>(
+    address: SocketAddr,
+    protocol: SocketProtocol,
+    serving: &Serving<'_, F>,
+) -> Result<BoundSocket, String>
+where
+    F: Fn(Request<ClientBody>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (stop, signal) = ShutdownSignal::new();
+    let (control, options, timeouts) = (serving.control, serving.options, serving.timeouts);
+    if protocol == SocketProtocol::Udp {
+        let socket = bind_datagram(address)?;
+        let datagram_options = DatagramOptions {
+            table: control.table().clone(),
+            socket: address,
+            idle_timeout: timeouts.udp_idle,
+        };
+        let task = tokio::spawn(serve_datagrams(socket, datagram_options, signal));
+        return Ok(BoundSocket {
+            protocol,
+            stop,
+            task,
+        });
+    }
+    let tls = match protocol {
         SocketProtocol::Https | SocketProtocol::Tls => {
-            let terminator = TlsTerminator::new(control.table().clone(), connect_timeout)
-                .map_err(|error| error.to_string())?;
-            Some(Arc::new(match protocol {
-                SocketProtocol::Tls => terminator.for_gateway_stream_socket(address),
-                _ => terminator.for_gateway_socket(address),
-            }))
+            Some(terminator(address, protocol, control, timeouts.connect)?)
         }
-        SocketProtocol::Http | SocketProtocol::Tcp => None,
+        _ => None,
     };
     let listener = bind_listener(address, false).map_err(|error| error.to_string())?;
-    Ok((listener, terminator))
+    let socket_options = ListenerOptions {
+        gateway_socket: Some(address),
+        ..options.clone()
+    };
+    let handler = serving.handler.clone();
+    let task = match (protocol, tls) {
+        (SocketProtocol::Https, Some(tls)) => {
+            tokio::spawn(serve_tls(listener, handler, signal, socket_options, tls))
+        }
+        (SocketProtocol::Http, _) => tokio::spawn(serve(listener, handler, signal, socket_options)),
+        (_, tls) => {
+            let stream_options = StreamOptions {
+                table: control.table().clone(),
+                socket: address,
+                protocol,
+                connect_timeout: timeouts.connect,
+                handshake_timeout: options.client_header_timeout,
+                grace_period: options.grace_period,
+            };
+            tokio::spawn(serve_streams(listener, stream_options, tls, signal))
+        }
+    };
+    Ok(BoundSocket {
+        protocol,
+        stop,
+        task,
+    })
+}
+
+/// A UDP socket bound at `address`, non-blocking for tokio.
+fn bind_datagram(address: SocketAddr) -> Result<tokio::net::UdpSocket, String> {
+    let socket = std::net::UdpSocket::bind(address).map_err(|error| error.to_string())?;
+    socket
+        .set_nonblocking(true)
+        .map_err(|error| error.to_string())?;
+    tokio::net::UdpSocket::from_std(socket).map_err(|error| error.to_string())
 }
 
 /// Keeps the bound Gateway sockets equal to the published table's until `shutdown` stops
@@ -62,7 +145,7 @@ fn bind_socket(
 pub(crate) async fn run<F, Fut, B>(
     control: Arc<ControlPlane>,
     handler: F,
-    (options, connect_timeout): (ListenerOptions, std::time::Duration),
+    (options, timeouts): (ListenerOptions, StreamTimeouts),
     shutdown: ShutdownSignal,
 ) where
     F: Fn(Request<ClientBody>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
@@ -70,14 +153,20 @@ pub(crate) async fn run<F, Fut, B>(
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let serving = Serving {
+        control: &control,
+        handler: &handler,
+        options: &options,
+        timeouts,
+    };
     let mut wanted = control.gateway_sockets();
-    let mut bound: BTreeMap<SocketAddr, BoundSocket> = BTreeMap::new();
+    let mut bound: BTreeMap<(SocketAddr, Transport), BoundSocket> = BTreeMap::new();
     let stop = shutdown.wait();
     tokio::pin!(stop);
     loop {
         let sockets = wanted.borrow_and_update().clone();
         let mut unbound = Vec::new();
-        bound.retain(|address, socket| {
+        bound.retain(|(address, _), socket| {
             let keep = sockets
                 .iter()
                 .any(|(wanted, protocol)| wanted == address && *protocol == socket.protocol);
@@ -88,56 +177,17 @@ pub(crate) async fn run<F, Fut, B>(
             keep
         });
         for (address, protocol) in sockets {
-            if let Entry::Vacant(slot) = bound.entry(address) {
-                match bind_socket(address, protocol, &control, connect_timeout) {
-                    Ok((listener, terminator)) => {
-                        tracing::info!(%address, protocol = protocol.as_str(), "Gateway socket bound");
-                        let (stop, signal) = ShutdownSignal::new();
-                        let socket_options = ListenerOptions {
-                            gateway_socket: Some(address),
-                            ..options.clone()
-                        };
-                        let task = match (protocol.is_http(), terminator) {
-                            (false, terminator) => {
-                                let stream_options = StreamOptions {
-                                    table: control.table().clone(),
-                                    socket: address,
-                                    protocol,
-                                    connect_timeout,
-                                    handshake_timeout: options.client_header_timeout,
-                                    grace_period: options.grace_period,
-                                };
-                                tokio::spawn(serve_streams(
-                                    listener,
-                                    stream_options,
-                                    terminator,
-                                    signal,
-                                ))
-                            }
-                            (true, Some(tls)) => tokio::spawn(serve_tls(
-                                listener,
-                                handler.clone(),
-                                signal,
-                                socket_options,
-                                tls,
-                            )),
-                            (true, None) => tokio::spawn(serve(
-                                listener,
-                                handler.clone(),
-                                signal,
-                                socket_options,
-                            )),
-                        };
-                        slot.insert(BoundSocket {
-                            protocol,
-                            stop,
-                            task,
-                        });
-                    }
-                    Err(error) => {
-                        tracing::warn!(%address, %error, "cannot bind a Gateway listener's socket");
-                        unbound.push((address, error));
-                    }
+            let Entry::Vacant(slot) = bound.entry((address, protocol.transport())) else {
+                continue;
+            };
+            match start_socket(address, protocol, &serving) {
+                Ok(socket) => {
+                    tracing::info!(%address, protocol = protocol.as_str(), "Gateway socket bound");
+                    slot.insert(socket);
+                }
+                Err(error) => {
+                    tracing::warn!(%address, %error, "cannot bind a Gateway listener's socket");
+                    unbound.push((address, error));
                 }
             }
         }

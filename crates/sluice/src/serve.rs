@@ -47,6 +47,8 @@ pub struct ServeConfig {
     pub shutdown_delay: Duration,
     /// Then: how long requests in flight may finish.
     pub grace_period: Duration,
+    /// `--udp-idle-timeout`: how long a Gateway UDP flow lives without a datagram.
+    pub udp_idle_timeout: Duration,
     /// `--workers`: data-plane workers, each with its own sockets on `listen` and `listen_tls`.
     pub workers: usize,
 }
@@ -209,7 +211,10 @@ impl Server {
                     metrics: metrics.connections.listener("gateway"),
                     ..config.listener.clone()
                 },
-                config.proxy.connect_timeout,
+                crate::gateway_listeners::StreamTimeouts {
+                    connect: config.proxy.connect_timeout,
+                    udp_idle: config.udp_idle_timeout,
+                },
             ),
             shutdown.clone(),
         ));

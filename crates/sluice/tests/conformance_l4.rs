@@ -623,3 +623,252 @@ async fn tcp_route_reference_grant() {
     .expect("closed at once");
     assert!(matches!(read, Ok(0) | Err(_)), "no pod answers: {read:?}");
 }
+
+/// One pod of the suite's UDP echo server (`UDP_ECHO_SERVER=1`): every datagram is answered
+/// with a JSON object naming the request, namespace, Service (`SERVICE_NAME`) and pod.
+async fn udp_echo(service_name: &str, namespace: &str, ip: u8) -> String {
+    let socket = tokio::net::UdpSocket::bind(SocketAddr::new(pod_ip(ip), 0))
+        .await
+        .unwrap();
+    let addr = socket.local_addr().unwrap();
+    let identity = serde_json::json!({
+        "namespace": namespace,
+        "service": service_name,
+        "pod": format!("{service_name}-6b8c9-0"),
+    });
+    tokio::spawn(async move {
+        let mut buffer = [0u8; 2048];
+        while let Ok((n, from)) = socket.recv_from(&mut buffer).await {
+            let mut reply = identity.clone();
+            reply["request"] = String::from_utf8_lossy(&buffer[..n]).into();
+            let _ = socket.send_to(reply.to_string().as_bytes(), from).await;
+        }
+    });
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {service_name}, namespace: {namespace}}}\nspec:\n  selector: {{app: {service_name}}}\n  ports: [{{name: udp, protocol: UDP, port: 8080, targetPort: 8080}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {service_name}-0, namespace: {namespace}, labels: {{kubernetes.io/service-name: {service_name}}}}}\naddressType: IPv4\nports: [{{name: udp, protocol: UDP, port: {}}}]\nendpoints: [{{addresses: [\"{}\"]}}]\n",
+        addr.port(),
+        addr.ip()
+    )
+}
+
+/// A UDP listener item taking UDPRoutes.
+fn udp_listener(name: &str, port: u16) -> String {
+    format!("  - {{name: {name}, port: {port}, protocol: UDP, allowedRoutes: {{kinds: [{{kind: UDPRoute}}]}}}}\n")
+}
+
+fn udp_route(name: &str, parent: &str, backends: &str) -> String {
+    format!("apiVersion: gateway.networking.k8s.io/v1\nkind: UDPRoute\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  parentRefs: [{parent}]\n  rules:\n  - backendRefs: [{backends}]\n")
+}
+
+/// The suite's UDP probe: one datagram from a new socket, the echo's JSON reply (none within
+/// 2 s: `None`).
+async fn udp_echo_send_once(to: SocketAddr, payload: &str) -> Option<serde_json::Value> {
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client.send_to(payload.as_bytes(), to).await.unwrap();
+    let mut buffer = [0u8; 2048];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(2), client.recv_from(&mut buffer))
+        .await
+        .ok()?
+        .ok()?;
+    serde_json::from_slice(&buffer[..n]).ok()
+}
+
+/// Starts sluice and waits until the UDP listener at `socket` answers.
+async fn serve_udp(
+    documents: &[String],
+    ip: IpAddr,
+    sockets: &[SocketAddr],
+) -> (tempfile::TempDir, Sluice) {
+    let (dir, sluice) = serve(documents, ip, &[]).await;
+    for socket in sockets {
+        let socket = *socket;
+        wait_until(
+            &format!("{socket} to answer"),
+            Duration::from_secs(10),
+            || async move {
+                udp_echo_send_once(socket, "gateway-api-conformance-udp-echo")
+                    .await
+                    .is_some()
+            },
+        )
+        .await;
+    }
+    (dir, sluice)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_route_parent_ref_attach_all_listeners() {
+    let ports = [free_port(), free_port(), free_port()];
+    let ip = gateway_ip(6);
+    let documents = [
+        base(),
+        gateway(
+            "udp-attach-all-listeners-gateway",
+            &(udp_listener("udp-1", ports[0])
+                + &udp_listener("udp-2", ports[1])
+                + &udp_listener("udp-3", ports[2])),
+        ),
+        udp_route(
+            "udp-route-attach-all",
+            "{name: udp-attach-all-listeners-gateway}",
+            "{name: udp-echo-attach-all, port: 8080}",
+        ),
+        udp_echo("udp-echo-attach-all", INFRA, 50).await,
+    ];
+    let sockets: Vec<SocketAddr> = ports.iter().map(|p| SocketAddr::new(ip, *p)).collect();
+    let (_dir, sluice) = serve_udp(&documents, ip, &sockets).await;
+    for socket in &sockets {
+        let reply = udp_echo_send_once(*socket, "gateway-api-conformance-udp-echo")
+            .await
+            .expect("an echo");
+        assert_eq!(reply["service"], "udp-echo-attach-all");
+        assert_eq!(reply["namespace"], INFRA);
+        assert_eq!(reply["request"], "gateway-api-conformance-udp-echo");
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let listeners = report["gateways"][0]["listeners"].as_array().unwrap();
+    assert_eq!(listeners.len(), 3);
+    for listener in listeners {
+        assert_eq!(listener["attachedRoutes"], 1, "{listener}");
+        assert_eq!(listener["supportedKinds"][0]["kind"], "UDPRoute");
+        assert_eq!(listener["conditions"][0]["status"], "True", "{listener}");
+        assert_eq!(listener["conditions"][1]["status"], "True", "{listener}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_route_weighted_routing() {
+    let port = free_port();
+    let ip = gateway_ip(7);
+    let documents = [
+        base(),
+        gateway("udp-weighted-gateway", &udp_listener("udp", port)),
+        udp_route(
+            "udp-weighted-route",
+            "{name: udp-weighted-gateway, sectionName: udp}",
+            "{name: udp-backend-v1, port: 8080, weight: 70}, {name: udp-backend-v2, port: 8080, weight: 30}, {name: udp-backend-v3, port: 8080, weight: 0}",
+        ),
+        udp_echo("udp-backend-v1", INFRA, 51).await,
+        udp_echo("udp-backend-v2", INFRA, 52).await,
+        udp_echo("udp-backend-v3", INFRA, 53).await,
+    ];
+    let socket = SocketAddr::new(ip, port);
+    let (_dir, _sluice) = serve_udp(&documents, ip, &[socket]).await;
+    // 500 new sockets, 10 at a time, each share within 5 points; up to 10 tries.
+    let mut tries = Vec::new();
+    for _ in 0..10 {
+        let mut counts = std::collections::BTreeMap::<String, u32>::new();
+        for _ in 0..50 {
+            let batch: Vec<_> = (0..10)
+                .map(|_| {
+                    tokio::spawn(udp_echo_send_once(
+                        socket,
+                        "gateway-api-conformance-udp-weight\n",
+                    ))
+                })
+                .collect();
+            for task in batch {
+                let reply = task.await.unwrap().expect("every probe gets an echo");
+                let pod = reply["pod"].as_str().unwrap().to_owned();
+                *counts.entry(deployment_of(&pod)).or_default() += 1;
+            }
+        }
+        assert!(
+            !counts.contains_key("udp-backend-v3"),
+            "weight 0 gets no flow: {counts:?}"
+        );
+        let share = |name: &str| f64::from(counts.get(name).copied().unwrap_or(0)) / 500.0;
+        let within = (share("udp-backend-v1") - 0.7).abs() <= 0.05
+            && (share("udp-backend-v2") - 0.3).abs() <= 0.05;
+        tries.push(counts);
+        if within {
+            return;
+        }
+    }
+    panic!("no try within 5 points of 70/30: {tries:?}");
+}
+
+/// A DNS query for `foo.bar.com.` A, with `id`.
+fn dns_query(id: u16) -> Vec<u8> {
+    let mut query = Vec::new();
+    query.extend_from_slice(&id.to_be_bytes());
+    query.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]); // RD; one question
+    for label in ["foo", "bar", "com"] {
+        query.push(u8::try_from(label.len()).unwrap());
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]); // root; type A; class IN
+    query
+}
+
+/// Stands in for the suite's `coredns` pod (`whoami` for foo.bar.com): answers each query
+/// with one A record holding the address the query came from.
+async fn dns_pod(ip: u8) -> SocketAddr {
+    let socket = tokio::net::UdpSocket::bind(SocketAddr::new(pod_ip(ip), 0))
+        .await
+        .unwrap();
+    let addr = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buffer = [0u8; 512];
+        while let Ok((n, from)) = socket.recv_from(&mut buffer).await {
+            if n < 12 {
+                continue;
+            }
+            let mut answer = buffer[..n].to_vec();
+            answer[2] = 0x81; // QR, RD
+            answer[3] = 0x80; // RA, NOERROR
+            answer[6..8].copy_from_slice(&1u16.to_be_bytes()); // one answer
+            answer.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4]);
+            match from.ip() {
+                IpAddr::V4(v4) => answer.extend_from_slice(&v4.octets()),
+                IpAddr::V6(_) => answer.extend_from_slice(&[0, 0, 0, 0]),
+            }
+            let _ = socket.send_to(&answer, from).await;
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_route_simple_dns() {
+    let port = free_port();
+    let ip = gateway_ip(8);
+    let coredns = dns_pod(54).await;
+    let documents = [
+        base(),
+        gateway("udp-gateway", &udp_listener("coredns", port)),
+        udp_route(
+            "udp-coredns",
+            "{name: udp-gateway, sectionName: coredns}",
+            "{name: coredns, port: 53}",
+        ),
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: coredns, namespace: {INFRA}}}\nspec:\n  selector: {{app: udp}}\n  ports: [{{name: udp-dns, protocol: UDP, port: 53, targetPort: 53}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: coredns-0, namespace: {INFRA}, labels: {{kubernetes.io/service-name: coredns}}}}\naddressType: IPv4\nports: [{{name: udp-dns, protocol: UDP, port: {}}}]\nendpoints: [{{addresses: [\"{}\"]}}]\n",
+            coredns.port(),
+            coredns.ip()
+        ),
+    ];
+    let (_dir, sluice) = serve(&documents, ip, &[]).await;
+    let socket = SocketAddr::new(ip, port);
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut answer = None;
+    for id in 1..=50u16 {
+        client.send_to(&dns_query(id), socket).await.unwrap();
+        let mut buffer = [0u8; 512];
+        if let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_millis(200), client.recv_from(&mut buffer)).await
+        {
+            answer = Some((id, buffer[..n].to_vec()));
+            break;
+        }
+    }
+    let (id, answer) = answer.expect("a DNS answer through the UDP listener");
+    assert_eq!(u16::from_be_bytes([answer[0], answer[1]]), id);
+    assert_eq!(answer[2] & 0x80, 0x80, "a response");
+    assert_eq!(u16::from_be_bytes([answer[6], answer[7]]), 1, "one answer");
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let accepted = &report["routes"][0]["parents"][0]["conditions"][0];
+    assert_eq!(accepted["reason"], "Accepted", "{report}");
+}

@@ -365,3 +365,133 @@ async fn a_route_kind_the_listener_protocol_does_not_take_is_refused_with_its_re
     assert_eq!(accepted["status"], "False", "{report}");
     assert_eq!(accepted["reason"], "NotAllowedByListeners", "{report}");
 }
+
+/// A UDP pod that answers every datagram with its name and the datagram.
+async fn udp_pod(name: &'static str, ip: IpAddr) -> SocketAddr {
+    let socket = tokio::net::UdpSocket::bind(SocketAddr::new(ip, 0))
+        .await
+        .unwrap();
+    let addr = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buffer = [0u8; 2048];
+        while let Ok((n, from)) = socket.recv_from(&mut buffer).await {
+            let reply = format!("{name} {}", String::from_utf8_lossy(&buffer[..n]));
+            let _ = socket.send_to(reply.as_bytes(), from).await;
+        }
+    });
+    addr
+}
+
+/// Sends `payload` from `client` to `to`; the pod's name from the reply, or `None` when no
+/// reply comes within a second.
+async fn udp_ask(client: &tokio::net::UdpSocket, to: SocketAddr, payload: &str) -> Option<String> {
+    client.send_to(payload.as_bytes(), to).await.unwrap();
+    let mut buffer = [0u8; 2048];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(1), client.recv_from(&mut buffer))
+        .await
+        .ok()?
+        .ok()?;
+    let reply = String::from_utf8_lossy(&buffer[..n]).into_owned();
+    let (name, echoed) = reply.split_once(' ')?;
+    assert_eq!(echoed, payload, "the pod got the datagram as sent");
+    Some(name.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_weight() {
+    let a1 = udp_pod("a1", pod_ip(207)).await;
+    let a2 = udp_pod("a2", pod_ip(208)).await;
+    let b = udp_pod("b", pod_ip(209)).await;
+    let port = free_port();
+    let ip = gateway_ip(23);
+    let dir = tempfile::tempdir().unwrap();
+    let udp_service = |name: &str, endpoints: &[SocketAddr]| {
+        service(name, 5300, endpoints)
+            .replace("  - port: 5300\n", "  - port: 5300\n    protocol: UDP\n")
+            .replace("ports:\n- port:", "ports:\n- protocol: UDP\n  port:")
+    };
+    let manifest = |a_endpoints: &[SocketAddr]| {
+        vec![
+            CLASS.to_owned(),
+            gateway(ip, &format!("  - {{name: dns, port: {port}, protocol: UDP}}\n")),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: UDPRoute\nmetadata: {name: dns}\nspec:\n  parentRefs: [{name: gw}]\n  rules: [{backendRefs: [{name: a, port: 5300, weight: 3}, {name: b, port: 5300, weight: 1}]}]\n".to_owned(),
+            udp_service("a", a_endpoints),
+            udp_service("b", &[b]),
+        ]
+    };
+    write_manifest(dir.path(), "app.yaml", &manifest(&[a1, a2]));
+    let sluice = Sluice::start(dir.path(), &["--udp-idle-timeout", "1s"]).await;
+    let socket = SocketAddr::new(ip, port);
+    let loopback = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+    let first = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+    wait_until(
+        "the UDP listener to answer",
+        Duration::from_secs(10),
+        || async { udp_ask(&first, socket, "hello").await.is_some() },
+    )
+    .await;
+
+    // One client is one flow: every datagram goes to the same pod.
+    let pinned = udp_ask(&first, socket, "again").await.unwrap();
+    for n in 0..20 {
+        let name = udp_ask(&first, socket, &format!("datagram {n}")).await;
+        assert_eq!(name.as_deref(), Some(pinned.as_str()));
+    }
+
+    // New clients are split 3:1 between the Services, a's pods in turn. Every client socket
+    // is kept open to the end, so that no later client reuses its port and with it its flow.
+    let mut clients = Vec::new();
+    let mut counts = std::collections::BTreeMap::<String, u32>::new();
+    for _ in 0..1000 {
+        let client = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+        let name = udp_ask(&client, socket, "weigh")
+            .await
+            .expect("every flow gets a reply");
+        *counts.entry(name).or_default() += 1;
+        clients.push(client);
+    }
+    assert!((200..=300).contains(&counts["b"]), "{counts:?}");
+    assert!(counts["a1"] > 250 && counts["a2"] > 250, "{counts:?}");
+
+    // a2 leaves: its flow goes on while it is busy, and after the idle timeout the client
+    // gets a new flow elsewhere.
+    let mut on_a2 = None;
+    for _ in 0..40 {
+        let client = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+        if udp_ask(&client, socket, "where").await.as_deref() == Some("a2") {
+            on_a2 = Some(client);
+            break;
+        }
+        clients.push(client);
+    }
+    let on_a2 = on_a2.expect("a2 takes one of 40 flows");
+    let generation = sluice.generation().await;
+    write_manifest(dir.path(), "app.yaml", &manifest(&[a1]));
+    sluice.wait_for_generation_after(generation).await;
+    assert_eq!(
+        udp_ask(&on_a2, socket, "still").await.as_deref(),
+        Some("a2")
+    );
+    for _ in 0..50 {
+        let client = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+        let name = udp_ask(&client, socket, "new").await.unwrap();
+        assert_ne!(name, "a2", "a removed endpoint gets no new flow");
+        clients.push(client);
+    }
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let after = udp_ask(&on_a2, socket, "later").await.unwrap();
+    assert_ne!(
+        after, "a2",
+        "after the idle timeout the client's flow is new"
+    );
+
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let listener = &report["gateways"][0]["listeners"][0];
+    assert_eq!(
+        listener["supportedKinds"][0]["kind"], "UDPRoute",
+        "{report}"
+    );
+    assert_eq!(listener["attachedRoutes"], 1, "{report}");
+    assert_eq!(report["routes"][0]["kind"], "UDPRoute", "{report}");
+}

@@ -284,6 +284,16 @@ pub const RESOURCES: &[ResourceType] = &[
     },
     ResourceType {
         group: "gateway.networking.k8s.io",
+        version: "v1",
+        plural: "udproutes",
+        singular: "udproute",
+        kind: "UDPRoute",
+        namespaced: true,
+        status_subresource: true,
+        short_names: &[],
+    },
+    ResourceType {
+        group: "gateway.networking.k8s.io",
         version: "v1beta1",
         plural: "referencegrants",
         singular: "referencegrant",

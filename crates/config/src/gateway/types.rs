@@ -27,6 +27,8 @@ pub type ReferenceGrant = GatewayObject<ReferenceGrantSpec>;
 pub type TlsRoute = GatewayObject<StreamRouteSpec>;
 /// TCPRoute: TCP connections routed by the listener they arrive on.
 pub type TcpRoute = GatewayObject<StreamRouteSpec>;
+/// UDPRoute: UDP flows routed by the listener they arrive on.
+pub type UdpRoute = GatewayObject<StreamRouteSpec>;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]

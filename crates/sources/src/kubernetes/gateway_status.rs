@@ -200,7 +200,7 @@ fn abandoned_routes(
 }
 
 /// The route kinds whose status sluice writes.
-const ROUTE_KINDS: [&str; 4] = ["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute"];
+const ROUTE_KINDS: [&str; 5] = ["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"];
 
 fn no_parents() -> Value {
     json!({"parents": []})

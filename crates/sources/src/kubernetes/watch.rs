@@ -276,6 +276,7 @@ const GATEWAY_KINDS: &[&str] = &[
     "GRPCRoute",
     "TLSRoute",
     "TCPRoute",
+    "UDPRoute",
     "ReferenceGrant",
 ];
 
@@ -288,7 +289,8 @@ pub struct ServedResource {
 }
 
 /// The Gateway API kinds the API server serves (the CRDs installed), each at `v1` when served
-/// there, else `v1beta1`, else (TLSRoute, TCPRoute of older CRDs) `v1alpha3` or `v1alpha2`.
+/// there, else `v1beta1`, else (TLSRoute, TCPRoute, UDPRoute of older CRDs) `v1alpha3` or
+/// `v1alpha2`.
 /// Empty when the group is not served. Retries a failing API server
 /// for up to `patience` before giving up on Gateway API for this run.
 pub async fn gateway_api_resources(

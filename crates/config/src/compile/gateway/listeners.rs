@@ -180,7 +180,7 @@ pub(super) fn plan_listener<'a>(
         ));
     } else {
         let message = format!(
-            "protocol {} is not supported; HTTP, HTTPS, TLS and TCP are",
+            "protocol {} is not supported; HTTP, HTTPS, TLS, TCP and UDP are",
             listener.protocol
         );
         conditions.push(Condition::new(
@@ -246,8 +246,8 @@ pub(super) fn plan_listener<'a>(
             .map(|ip| SocketAddr::new(*ip, listener.port))
             .collect(),
         hostname: match protocol {
-            // A TCP listener's hostname means nothing: a TCP stream names no host.
-            Some(SocketProtocol::Tcp) => HostPattern::Any,
+            // A TCP or UDP listener's hostname means nothing: neither names a host.
+            Some(SocketProtocol::Tcp | SocketProtocol::Udp) => HostPattern::Any,
             _ => HostPattern::parse(listener.hostname.as_deref()),
         },
         protocol,
@@ -265,6 +265,7 @@ pub(super) fn listener_protocol(listener: &Listener) -> Option<SocketProtocol> {
         "HTTPS" => Some(SocketProtocol::Https),
         "TLS" => Some(SocketProtocol::Tls),
         "TCP" => Some(SocketProtocol::Tcp),
+        "UDP" => Some(SocketProtocol::Udp),
         _ => None,
     }
 }
@@ -286,6 +287,7 @@ fn kinds_for(listener: &Listener) -> &'static [&'static str] {
         Some(SocketProtocol::Http | SocketProtocol::Https) => &["HTTPRoute", "GRPCRoute"],
         Some(SocketProtocol::Tls) => &["TLSRoute"],
         Some(SocketProtocol::Tcp) => &["TCPRoute"],
+        Some(SocketProtocol::Udp) => &["UDPRoute"],
         None => &[],
     }
 }
@@ -373,9 +375,15 @@ pub(super) fn listener_certificate(
     first.ok_or(("InvalidCertificateRef", "no certificate".to_owned()))
 }
 
-/// Who listens on each socket: protocol, hostname, and Gateway (by index).
+/// Who listens on each socket (a TCP and a UDP socket may share an address and port):
+/// protocol, hostname, and Gateway (by index).
 pub(super) type ClaimedSockets =
-    BTreeMap<SocketAddr, Vec<(Option<SocketProtocol>, HostPattern, usize)>>;
+    BTreeMap<(SocketAddr, bool), Vec<(Option<SocketProtocol>, HostPattern, usize)>>;
+
+/// A listener socket's key among the claimed ones: its address, and whether it is UDP.
+fn claim_key(socket: SocketAddr, protocol: Option<SocketProtocol>) -> (SocketAddr, bool) {
+    (socket, protocol == Some(SocketProtocol::Udp))
+}
 
 /// Claims the listener's sockets and hostname; a socket another listener holds with the
 /// other protocol, or another listener of the same Gateway with the same hostname, makes this
@@ -384,7 +392,7 @@ pub(super) type ClaimedSockets =
 /// both.
 pub(super) fn claim_sockets(plan: &mut ListenerPlan<'_>, claimed: &mut ClaimedSockets) {
     let conflict = plan.sockets.iter().find_map(|socket| {
-        let holders = claimed.get(socket)?;
+        let holders = claimed.get(&claim_key(*socket, plan.protocol))?;
         if holders
             .iter()
             .any(|(protocol, _, _)| *protocol != plan.protocol)
@@ -423,7 +431,8 @@ pub(super) fn claim_sockets(plan: &mut ListenerPlan<'_>, claimed: &mut ClaimedSo
     }
     if plan.programmed() {
         for socket in &plan.sockets {
-            claimed.entry(*socket).or_default().push((
+            let key = claim_key(*socket, plan.protocol);
+            claimed.entry(key).or_default().push((
                 plan.protocol,
                 plan.hostname.clone(),
                 plan.gateway,

@@ -90,6 +90,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "TLSRoute",
     "TLSRouteModeMixed",
     "TLSRouteModeTerminate",
+    "UDPRoute",
 ];
 
 /// What the Gateway compile reads.

@@ -64,6 +64,7 @@ pub(super) fn compile_rules(
                 Err((reason, message, choice)) => {
                     let share = match route.name.kind {
                         "TLSRoute" | "TCPRoute" => "its share of the connections is closed",
+                        "UDPRoute" => "its share of the flows is dropped",
                         _ => "its share of the requests answers 500",
                     };
                     sinks

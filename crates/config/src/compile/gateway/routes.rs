@@ -35,7 +35,8 @@ pub(super) struct RouteInput<'a> {
     pub(super) spec: std::borrow::Cow<'a, HttpRouteSpec>,
 }
 
-/// Every route, HTTPRoutes, GRPCRoutes, TLSRoutes then TCPRoutes, each kind oldest first.
+/// Every route, HTTPRoutes, GRPCRoutes, TLSRoutes, TCPRoutes then UDPRoutes, each kind oldest
+/// first.
 pub(super) fn route_inputs(snapshot: &Snapshot) -> Vec<RouteInput<'_>> {
     let http = oldest_first(&snapshot.http_routes)
         .into_iter()
@@ -71,6 +72,7 @@ pub(super) fn route_inputs(snapshot: &Snapshot) -> Vec<RouteInput<'_>> {
     http.chain(grpc)
         .chain(stream("TLSRoute", &snapshot.tls_routes))
         .chain(stream("TCPRoute", &snapshot.tcp_routes))
+        .chain(stream("UDPRoute", &snapshot.udp_routes))
         .collect()
 }
 
@@ -399,9 +401,9 @@ pub(super) fn serve_rules(
     rules: &CompiledRules,
     builder: &mut TableBuilder,
 ) {
-    if !plan.programmed() {
+    let Some(protocol) = plan.protocol.filter(|_| plan.programmed()) else {
         return;
-    }
+    };
     for (rule, matches, action) in &rules.rules {
         for (matched, request_match) in matches.iter().enumerate() {
             let gateway_rule = GatewayRule {
@@ -413,7 +415,7 @@ pub(super) fn serve_rules(
             for socket in &plan.sockets {
                 for host in hosts {
                     builder.gateways().add_rule(
-                        (*socket, &plan.hostname),
+                        (*socket, protocol, &plan.hostname),
                         host.clone(),
                         gateway_rule.clone(),
                     );
