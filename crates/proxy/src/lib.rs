@@ -37,7 +37,9 @@ pub use server::{
 };
 pub use shutdown::{Phase, ShutdownSignal, ShutdownTrigger};
 pub use telemetry::access_log::{AccessLog, AccessLogFormat, DEFAULT_ACCESS_LOG_QUEUE};
-pub use telemetry::metrics::{ConnectionMetrics, ListenerMetrics, ProxyMetrics};
+pub use telemetry::metrics::{
+    ConnectionMetrics, ListenerMetrics, ProxyMetrics, StreamMetrics, StreamResult,
+};
 pub use upstream::request_body::DEFAULT_REPLAY_LIMIT;
 pub use upstream::response_body::{ProxyBody, TrackedBody};
 pub use upstream::retry_buffer::{

@@ -17,7 +17,7 @@ use http::{Request, Response};
 use hyper::body::Body;
 use sluice_proxy::{
     serve, serve_datagrams, serve_streams, serve_tls, ClientBody, ClientInfo, DatagramOptions,
-    ListenerOptions, ShutdownSignal, ShutdownTrigger, StreamOptions, TlsTerminator,
+    ListenerOptions, ShutdownSignal, ShutdownTrigger, StreamMetrics, StreamOptions, TlsTerminator,
 };
 use sluice_routing::{SocketProtocol, Transport};
 use tokio::task::JoinHandle;
@@ -35,13 +35,14 @@ struct BoundSocket {
     task: JoinHandle<()>,
 }
 
-/// The timeouts of the Gateway's TCP and UDP listeners.
-#[derive(Clone, Copy)]
-pub(crate) struct StreamTimeouts {
+/// The timeouts and metrics of the Gateway's TLS, TCP and UDP listeners.
+#[derive(Clone)]
+pub(crate) struct StreamSettings {
     /// `--connect-timeout`, for each endpoint a connection tries.
     pub connect: std::time::Duration,
     /// `--udp-idle-timeout`
     pub udp_idle: std::time::Duration,
+    pub metrics: StreamMetrics,
 }
 
 /// A TLS terminator for an HTTPS or TLS socket.
@@ -64,7 +65,7 @@ struct Serving<'a, F> {
     control: &'a Arc<ControlPlane>,
     handler: &'a F,
     options: &'a ListenerOptions,
-    timeouts: StreamTimeouts,
+    settings: StreamSettings,
 }
 
 /// Binds one socket and starts serving it as its protocol says.
@@ -80,13 +81,14 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (stop, signal) = ShutdownSignal::new();
-    let (control, options, timeouts) = (serving.control, serving.options, serving.timeouts);
+    let (control, options, settings) = (serving.control, serving.options, &serving.settings);
     if protocol == SocketProtocol::Udp {
         let socket = bind_datagram(address)?;
         let datagram_options = DatagramOptions {
             table: control.table().clone(),
             socket: address,
-            idle_timeout: timeouts.udp_idle,
+            idle_timeout: settings.udp_idle,
+            metrics: settings.metrics.clone(),
         };
         let task = tokio::spawn(serve_datagrams(socket, datagram_options, signal));
         return Ok(BoundSocket {
@@ -97,7 +99,7 @@ where
     }
     let tls = match protocol {
         SocketProtocol::Https | SocketProtocol::Tls => {
-            Some(terminator(address, protocol, control, timeouts.connect)?)
+            Some(terminator(address, protocol, control, settings.connect)?)
         }
         _ => None,
     };
@@ -117,9 +119,10 @@ where
                 table: control.table().clone(),
                 socket: address,
                 protocol,
-                connect_timeout: timeouts.connect,
+                connect_timeout: settings.connect,
                 handshake_timeout: options.client_header_timeout,
                 grace_period: options.grace_period,
+                metrics: settings.metrics.clone(),
             };
             tokio::spawn(serve_streams(listener, stream_options, tls, signal))
         }
@@ -145,7 +148,7 @@ fn bind_datagram(address: SocketAddr) -> Result<tokio::net::UdpSocket, String> {
 pub(crate) async fn run<F, Fut, B>(
     control: Arc<ControlPlane>,
     handler: F,
-    (options, timeouts): (ListenerOptions, StreamTimeouts),
+    (options, settings): (ListenerOptions, StreamSettings),
     shutdown: ShutdownSignal,
 ) where
     F: Fn(Request<ClientBody>, ClientInfo) -> Fut + Clone + Send + Sync + 'static,
@@ -157,7 +160,7 @@ pub(crate) async fn run<F, Fut, B>(
         control: &control,
         handler: &handler,
         options: &options,
-        timeouts,
+        settings,
     };
     let mut wanted = control.gateway_sockets();
     let mut bound: BTreeMap<(SocketAddr, Transport), BoundSocket> = BTreeMap::new();

@@ -14,7 +14,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use sluice_config::Severity;
-use sluice_proxy::{ConnectionMetrics, ProxyMetrics};
+use sluice_proxy::{ConnectionMetrics, ProxyMetrics, StreamMetrics};
 use sluice_routing::Condition;
 
 use crate::control::ControlPlane;
@@ -32,6 +32,8 @@ pub struct Metrics {
     pub access_log_dropped: Counter,
     /// Client connections and TLS handshakes, per listener.
     pub connections: ConnectionMetrics,
+    /// Connections, flows and bytes of the Gateway's TLS, TCP and UDP listeners, by route.
+    pub streams: StreamMetrics,
     per_endpoint: std::sync::Arc<AtomicBool>,
 }
 
@@ -49,6 +51,7 @@ impl Metrics {
         let publishes = Counter::default();
         let access_log_dropped = Counter::default();
         let connections = ConnectionMetrics::default();
+        let streams = StreamMetrics::default();
         registry.register(
             "endpoint_propagation_seconds",
             "Seconds from an EndpointSlice watch event's receipt to the data plane using the new endpoint set",
@@ -76,6 +79,7 @@ impl Metrics {
         );
         proxy.register(registry);
         connections.register(registry);
+        streams.register(registry);
         registry.register_collector(Box::new(ControlCollector {
             control,
             per_endpoint: per_endpoint.clone(),
@@ -87,6 +91,7 @@ impl Metrics {
             publishes,
             access_log_dropped,
             connections,
+            streams,
             per_endpoint,
         }
     }

@@ -211,9 +211,10 @@ impl Server {
                     metrics: metrics.connections.listener("gateway"),
                     ..config.listener.clone()
                 },
-                crate::gateway_listeners::StreamTimeouts {
+                crate::gateway_listeners::StreamSettings {
                     connect: config.proxy.connect_timeout,
                     udp_idle: config.udp_idle_timeout,
+                    metrics: metrics.streams.clone(),
                 },
             ),
             shutdown.clone(),

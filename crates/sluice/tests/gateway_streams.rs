@@ -194,6 +194,13 @@ async fn tls_listeners_pass_through_or_terminate_by_server_name() {
         let refused = tls_connect(pass, name, &pod_ca.cert_pem()).await;
         assert!(refused.is_err(), "{name} must not reach a backend");
     }
+    let refused = [("protocol", "TLS"), ("route", ""), ("result", "refused")];
+    assert_eq!(
+        sluice
+            .metric_sum("sluice_stream_connections_total", &refused)
+            .await,
+        2.0
+    );
 
     // Terminate: the client sees the listener's certificate, the pod gets the plain bytes.
     let mut stream = tls_connect(term, "term.test", &edge_ca.cert_pem())
@@ -281,6 +288,20 @@ async fn tcp_listeners_split_connections_by_weight_and_follow_endpoint_changes()
         count("a1") > 250 && count("a2") > 250,
         "a's endpoints take turns: {counts:?}"
     );
+    let route = [("protocol", "TCP"), ("route", "default/split")];
+    let spliced = [route[0], route[1], ("result", "spliced")];
+    assert!(
+        sluice
+            .metric_sum("sluice_stream_connections_total", &spliced)
+            .await
+            >= 1000.0
+    );
+    // Each pod said its name: "a1\n", "a2\n" (3 bytes) or "b\n" (2 bytes).
+    let sent = sluice
+        .metric_sum("sluice_stream_sent_bytes_total", &route)
+        .await;
+    let said = f64::from(3 * a + 2 * count("b"));
+    assert!(sent >= said, "{sent} bytes sent, {said} said");
 
     // An established connection to a2 survives a2's removal; new ones no longer reach it.
     let mut held = None;
@@ -452,6 +473,23 @@ async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_wei
     }
     assert!((200..=300).contains(&counts["b"]), "{counts:?}");
     assert!(counts["a1"] > 250 && counts["a2"] > 250, "{counts:?}");
+    let route = [("protocol", "UDP"), ("route", "default/dns")];
+    let flows = [route[0], route[1], ("result", "spliced")];
+    assert!(
+        sluice
+            .metric_sum("sluice_stream_connections_total", &flows)
+            .await
+            >= 1001.0
+    );
+    let open = sluice
+        .metric_sum("sluice_stream_open_connections", &route)
+        .await;
+    assert!(open >= 1001.0, "{open} flows open within the idle timeout");
+    // 1,000 "weigh" datagrams of 5 bytes, besides the first client's.
+    let received = sluice
+        .metric_sum("sluice_stream_received_bytes_total", &route)
+        .await;
+    assert!(received >= 5000.0, "{received}");
 
     // a2 leaves: its flow goes on while it is busy, and after the idle timeout the client
     // gets a new flow elsewhere.

@@ -13,12 +13,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use sluice_routing::{GatewayOutcome, RoutingTable};
 use tokio::net::UdpSocket;
 use tokio::task::JoinHandle;
 
 use crate::request::table_handle::TableHandle;
 use crate::shutdown::ShutdownSignal;
+use crate::telemetry::metrics::{StreamMetrics, StreamResult};
 
 /// The largest datagram carried (the UDP maximum payload).
 const MAX_DATAGRAM: usize = 65_507;
@@ -32,6 +35,8 @@ pub struct DatagramOptions {
     pub socket: SocketAddr,
     /// How long a flow lives without a datagram either way (`--udp-idle-timeout`).
     pub idle_timeout: Duration,
+    /// Flows and bytes by route.
+    pub metrics: StreamMetrics,
 }
 
 /// One client flow: its upstream socket, when it last carried a datagram, and the task that
@@ -40,11 +45,16 @@ struct Flow {
     upstream: Arc<UdpSocket>,
     last_seen: Arc<AtomicU64>,
     replies: JoinHandle<()>,
+    /// Bytes received from the client, under the flow's route.
+    received: Counter,
+    /// The route's open flows, this one among them.
+    open: Gauge,
 }
 
 impl Drop for Flow {
     fn drop(&mut self) {
         self.replies.abort();
+        self.open.dec();
     }
 }
 
@@ -91,7 +101,9 @@ pub async fn serve_datagrams(
                 };
                 match open_flow(&context).await {
                     Ok(flow) => slot.insert(flow),
-                    Err(error) => {
+                    Err((route, result, error)) => {
+                        let route = route.as_deref().unwrap_or("");
+                        options.metrics.connection("UDP", route, result);
                         tracing::debug!(%client, socket = %options.socket, %error, "UDP datagram dropped");
                         continue;
                     }
@@ -100,6 +112,7 @@ pub async fn serve_datagrams(
         };
         flow.last_seen
             .store(millis_since(started), Ordering::Relaxed);
+        flow.received.inc_by(length as u64);
         if let Err(error) = flow.upstream.send(datagram).await {
             tracing::debug!(%client, %error, "UDP datagram to the endpoint failed");
         }
@@ -128,65 +141,90 @@ struct FlowContext<'a> {
     options: &'a DatagramOptions,
 }
 
+/// Why a flow could not be opened: its route (when one took it), the result to count, and
+/// the error.
+type FlowRefusal = (Option<Arc<str>>, StreamResult, io::Error);
+
 /// Routes a new client, connects an upstream socket to the chosen endpoint, and starts the
 /// task that sends its replies to the client.
-async fn open_flow(context: &FlowContext<'_>) -> io::Result<Flow> {
+async fn open_flow(context: &FlowContext<'_>) -> Result<Flow, FlowRefusal> {
     let table = context.options.table.load();
-    let endpoint = choose_endpoint(&table, context.options.socket)?;
+    let (route, endpoint) = choose_endpoint(&table, context.options.socket)?;
+    let upstream = connect_upstream(endpoint)
+        .await
+        .map_err(|error| (Some(route.clone()), StreamResult::Failed, error))?;
+    let metrics = &context.options.metrics;
+    metrics.connection("UDP", &route, StreamResult::Spliced);
+    let (received, sent) = metrics.byte_counters("UDP", &route);
+    let open = metrics.open("UDP", &route);
+    open.inc();
+    let last_seen = Arc::new(AtomicU64::new(millis_since(context.started)));
+    let replies = tokio::spawn(carry_replies(
+        upstream.clone(),
+        context.listener.clone(),
+        context.client,
+        (last_seen.clone(), context.started, sent),
+    ));
+    Ok(Flow {
+        upstream,
+        last_seen,
+        replies,
+        received,
+        open,
+    })
+}
+
+/// A UDP socket of the endpoint's family, connected to it.
+async fn connect_upstream(endpoint: SocketAddr) -> io::Result<Arc<UdpSocket>> {
     let unspecified = match endpoint.ip() {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     };
     let upstream = UdpSocket::bind(SocketAddr::new(unspecified, 0)).await?;
     upstream.connect(endpoint).await?;
-    let upstream = Arc::new(upstream);
-    let last_seen = Arc::new(AtomicU64::new(millis_since(context.started)));
-    let replies = tokio::spawn(carry_replies(
-        upstream.clone(),
-        context.listener.clone(),
-        context.client,
-        (last_seen.clone(), context.started),
-    ));
-    Ok(Flow {
-        upstream,
-        last_seen,
-        replies,
-    })
+    Ok(Arc::new(upstream))
 }
 
-/// The endpoint a new flow goes to: the listener's first rule, a backendRef by weight, and
-/// the backend's next eligible endpoint in rotation.
-fn choose_endpoint(table: &RoutingTable, socket: SocketAddr) -> io::Result<SocketAddr> {
+/// The endpoint a new flow goes to, with its route: the listener's first rule, a backendRef
+/// by weight, and the backend's next eligible endpoint in rotation.
+fn choose_endpoint(
+    table: &RoutingTable,
+    socket: SocketAddr,
+) -> Result<(Arc<str>, SocketAddr), FlowRefusal> {
     let outcome = table
         .gateways()
         .datagram_lookup(socket, |total| fastrand::u32(1..=total));
     let GatewayOutcome::Matched { rule, choice } = outcome else {
-        return Err(io::Error::other("no UDPRoute serves the listener"));
+        let error = io::Error::other("no UDPRoute serves the listener");
+        return Err((None, StreamResult::Refused, error));
     };
+    let route = rule.route.clone();
     let backend = choice
         .and_then(|choice| choice.backend)
-        .and_then(|index| table.backend(index))
-        .ok_or_else(|| {
-            io::Error::other(format!(
-                "the backendRef route {} chose did not resolve",
-                rule.route
-            ))
-        })?;
+        .and_then(|index| table.backend(index));
+    let Some(backend) = backend else {
+        let error = io::Error::other(format!(
+            "the backendRef route {route} chose did not resolve"
+        ));
+        return Err((Some(route), StreamResult::Refused, error));
+    };
     let set = backend.endpoints().load();
     let eligible = set.eligible();
     if eligible.is_empty() {
-        return Err(io::Error::other(format!(
-            "{} has no endpoints",
-            backend.id()
-        )));
+        let error = io::Error::other(format!("{} has no endpoints", backend.id()));
+        return Err((Some(route), StreamResult::Failed, error));
     }
     let endpoint = &eligible[backend.next_turn() % eligible.len()];
-    endpoint.authority().as_str().parse().map_err(|_| {
-        io::Error::other(format!(
-            "endpoint {} is not an address",
-            endpoint.authority()
-        ))
-    })
+    match endpoint.authority().as_str().parse() {
+        Ok(address) => Ok((route, address)),
+        Err(_) => {
+            let error = io::Error::other(format!(
+                "endpoint {} is not an address",
+                endpoint.authority()
+            ));
+            Err((Some(route), StreamResult::Failed, error))
+        }
+    }
 }
 
 /// Sends each reply from the endpoint to the client, marking the flow as alive, until the
@@ -195,13 +233,14 @@ async fn carry_replies(
     upstream: Arc<UdpSocket>,
     listener: Arc<UdpSocket>,
     client: SocketAddr,
-    (last_seen, started): (Arc<AtomicU64>, Instant),
+    (last_seen, started, sent): (Arc<AtomicU64>, Instant, Counter),
 ) {
     let mut buffer = vec![0u8; MAX_DATAGRAM];
     loop {
         match upstream.recv(&mut buffer).await {
             Ok(length) => {
                 last_seen.store(millis_since(started), Ordering::Relaxed);
+                sent.inc_by(length as u64);
                 if let Err(error) = listener.send_to(&buffer[..length], client).await {
                     tracing::debug!(%client, %error, "UDP reply to the client failed");
                 }

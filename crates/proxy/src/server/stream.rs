@@ -11,9 +11,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
 use sluice_routing::{Backend, GatewayOutcome, RoutingTable, SocketProtocol};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
@@ -22,6 +26,7 @@ use super::rewound::Rewound;
 use super::tls::{StreamHandshake, TlsTerminator};
 use crate::request::table_handle::TableHandle;
 use crate::shutdown::ShutdownSignal;
+use crate::telemetry::metrics::{StreamMetrics, StreamResult};
 
 /// What a Gateway stream socket needs besides its listener.
 #[derive(Clone)]
@@ -38,6 +43,8 @@ pub struct StreamOptions {
     pub handshake_timeout: Duration,
     /// How long open connections may go on after the socket stops serving.
     pub grace_period: Duration,
+    /// Connections and bytes by route.
+    pub metrics: StreamMetrics,
 }
 
 /// Accepts connections on a Gateway TLS or TCP socket until `shutdown`, routes and splices
@@ -77,62 +84,240 @@ pub async fn serve_streams(
     }
 }
 
-/// Routes and splices one connection.
+/// Routes and splices one connection, counting it and its bytes under its route.
 async fn serve_stream(
     stream: TcpStream,
     options: &StreamOptions,
     tls: Option<&TlsTerminator>,
 ) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let socket = options.socket;
-    let Some(tls) = tls.filter(|_| options.protocol == SocketProtocol::Tls) else {
-        let table = options.table.load();
-        let backend = route(&table, socket, "")?;
-        let mut stream = stream;
-        return splice(&mut stream, &[], backend, options.connect_timeout).await;
-    };
-    let handshake = tls.stream_handshake(Rewound::new(stream, Bytes::new()), |table, name| {
-        route(table, socket, name).map(|backend| backend.id().clone())
-    });
-    let (backend, handshake) = tokio::time::timeout(options.handshake_timeout, handshake)
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
-    // The table the route was chosen in may have been replaced since: the backend is found
-    // again by its id in the current one.
-    let table = options.table.load();
-    let backend = table
-        .backend_by_id(&backend)
-        .ok_or_else(|| io::Error::other(format!("{backend} is no longer served")))?;
-    match handshake {
-        StreamHandshake::Passthrough { mut socket, replay } => {
-            splice(&mut socket, &[&replay], backend, options.connect_timeout).await
+    let protocol = options.protocol.as_str();
+    let outcome = match tls.filter(|_| options.protocol == SocketProtocol::Tls) {
+        None => {
+            let table = options.table.load();
+            match route(&table, options.socket, "") {
+                Ok((name, backend)) => {
+                    let mut stream = stream;
+                    let spliced = splice_counted(&mut stream, &[], backend, (options, &name)).await;
+                    (Some(name), spliced)
+                }
+                Err((name, error)) => (name, Err(Refused(error))),
+            }
         }
-        StreamHandshake::Terminated(mut stream) => {
-            splice(&mut stream, &[], backend, options.connect_timeout).await
+        Some(tls) => serve_tls_stream(stream, options, tls).await,
+    };
+    let (name, result) = outcome;
+    let route = name.as_deref().unwrap_or("");
+    let metrics = &options.metrics;
+    match result {
+        Ok(()) => {
+            metrics.connection(protocol, route, StreamResult::Spliced);
+            Ok(())
+        }
+        Err(Refused(error)) => {
+            metrics.connection(protocol, route, StreamResult::Refused);
+            Err(error)
+        }
+        Err(Failed(error)) => {
+            metrics.connection(protocol, route, StreamResult::Failed);
+            Err(error)
+        }
+        Err(Ended(error)) => {
+            metrics.connection(protocol, route, StreamResult::Spliced);
+            Err(error)
         }
     }
 }
 
-/// The backend a connection goes to: the first rule served under its server name on the
-/// listener that name selects, and one of the rule's backendRefs by weight.
-fn route<'t>(table: &'t RoutingTable, socket: SocketAddr, name: &str) -> io::Result<&'t Backend> {
+/// How a connection that was not spliced to its end went.
+enum StreamError {
+    /// No route took it, or its backendRef did not resolve.
+    Refused(io::Error),
+    /// No endpoint accepted, or the TLS handshake failed.
+    Failed(io::Error),
+    /// Spliced, then ended with an error (a reset, say).
+    Ended(io::Error),
+}
+
+use StreamError::{Ended, Failed, Refused};
+
+/// A connection's route (when one took it), and how it went.
+type Outcome = (Option<Arc<str>>, Result<(), StreamError>);
+
+/// The TLS side of [`serve_stream`]: the ClientHello routed before it is answered, then
+/// passed through or terminated.
+async fn serve_tls_stream(
+    stream: TcpStream,
+    options: &StreamOptions,
+    tls: &TlsTerminator,
+) -> Outcome {
+    let socket = options.socket;
+    // Set when routing refused the connection (and to the route, when one took it).
+    let mut refused: Option<Option<Arc<str>>> = None;
+    let handshake =
+        tls.stream_handshake(
+            Rewound::new(stream, Bytes::new()),
+            |table, name| match route(table, socket, name) {
+                Ok((route, backend)) => Ok((route, backend.id().clone())),
+                Err((route, error)) => {
+                    refused = Some(route);
+                    Err(error)
+                }
+            },
+        );
+    let handshake = tokio::time::timeout(options.handshake_timeout, handshake).await;
+    let ((name, backend), handshake) = match handshake {
+        Ok(Ok(done)) => done,
+        Ok(Err(error)) => {
+            return match refused.take() {
+                Some(route) => (route, Err(Refused(error))),
+                None => (None, Err(Failed(error))),
+            };
+        }
+        Err(_) => {
+            let error = io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out");
+            return (None, Err(Failed(error)));
+        }
+    };
+    // The table the route was chosen in may have been replaced since: the backend is found
+    // again by its id in the current one.
+    let table = options.table.load();
+    let Some(backend) = table.backend_by_id(&backend) else {
+        let error = io::Error::other(format!("{backend} is no longer served"));
+        return (Some(name), Err(Refused(error)));
+    };
+    let spliced = match handshake {
+        StreamHandshake::Passthrough { mut socket, replay } => {
+            splice_counted(&mut socket, &[&replay], backend, (options, &name)).await
+        }
+        StreamHandshake::Terminated(mut stream) => {
+            splice_counted(&mut stream, &[], backend, (options, &name)).await
+        }
+    };
+    (Some(name), spliced)
+}
+
+/// [`splice`] with the client's bytes counted under the route as they flow, and the
+/// connection counted open while it lasts.
+async fn splice_counted<S>(
+    client: &mut S,
+    replay: &[&[u8]],
+    backend: &Backend,
+    (options, route): (&StreamOptions, &str),
+) -> Result<(), StreamError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let protocol = options.protocol.as_str();
+    let (received, sent) = options.metrics.byte_counters(protocol, route);
+    let open = options.metrics.open(protocol, route);
+    open.inc();
+    let mut counted = Counted {
+        inner: client,
+        received,
+        sent,
+    };
+    let spliced = splice(&mut counted, replay, backend, options.connect_timeout).await;
+    open.dec();
+    match spliced {
+        Ok(()) => Ok(()),
+        Err(SpliceError::Connect(error)) => Err(Failed(error)),
+        Err(SpliceError::Copy(error)) => Err(Ended(error)),
+    }
+}
+
+/// A route that refused a connection (`None` when none took it), and why.
+type RouteRefusal = (Option<Arc<str>>, io::Error);
+
+/// The backend a connection goes to, with its route's name: the first rule served under its
+/// server name on the listener that name selects, and one of the rule's backendRefs by
+/// weight. On failure, the route's name when a route took the connection.
+fn route<'t>(
+    table: &'t RoutingTable,
+    socket: SocketAddr,
+    name: &str,
+) -> Result<(Arc<str>, &'t Backend), RouteRefusal> {
     let outcome = table
         .gateways()
         .stream_lookup(socket, name, |total| fastrand::u32(1..=total));
     let GatewayOutcome::Matched { rule, choice } = outcome else {
-        return Err(io::Error::other(format!(
-            "no route takes server name {name:?}"
-        )));
+        let error = io::Error::other(format!("no route takes server name {name:?}"));
+        return Err((None, error));
     };
-    choice
+    let backend = choice
         .and_then(|choice| choice.backend)
-        .and_then(|index| table.backend(index))
-        .ok_or_else(|| {
+        .and_then(|index| table.backend(index));
+    match backend {
+        Some(backend) => Ok((rule.route.clone(), backend)),
+        None => Err((
+            Some(rule.route.clone()),
             io::Error::other(format!(
                 "the backendRef route {} chose did not resolve",
                 rule.route
-            ))
-        })
+            )),
+        )),
+    }
+}
+
+/// Why a splice ended with an error.
+pub(crate) enum SpliceError {
+    /// No endpoint accepted the connection (or none is eligible).
+    Connect(io::Error),
+    /// Copying failed after the endpoint was connected.
+    Copy(io::Error),
+}
+
+impl From<SpliceError> for io::Error {
+    fn from(error: SpliceError) -> Self {
+        match error {
+            SpliceError::Connect(error) | SpliceError::Copy(error) => error,
+        }
+    }
+}
+
+/// A client stream whose bytes are counted as they are read and written.
+struct Counted<'a, S> {
+    inner: &'a mut S,
+    received: Counter,
+    sent: Counter,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<'_, S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut *self.inner).poll_read(cx, buf);
+        let read = buf.filled().len().saturating_sub(before);
+        if read > 0 {
+            self.received.inc_by(read as u64);
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<'_, S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut *self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(written)) = &polled {
+            self.sent.inc_by(*written as u64);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Connects to the backend's endpoints in rotation until one accepts, writes `replay` (what
@@ -143,17 +328,15 @@ pub(crate) async fn splice<S>(
     replay: &[&[u8]],
     backend: &Backend,
     connect_timeout: Duration,
-) -> io::Result<()>
+) -> Result<(), SpliceError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let set = backend.endpoints().load();
     let eligible = set.eligible();
     if eligible.is_empty() {
-        return Err(io::Error::other(format!(
-            "{} has no endpoints",
-            backend.id()
-        )));
+        let error = io::Error::other(format!("{} has no endpoints", backend.id()));
+        return Err(SpliceError::Connect(error));
     }
     let start = backend.next_turn();
     let mut last_error = io::Error::other("no endpoint answered");
@@ -174,10 +357,12 @@ where
         };
         let _ = upstream.set_nodelay(true);
         for bytes in replay {
-            upstream.write_all(bytes).await?;
+            upstream.write_all(bytes).await.map_err(SpliceError::Copy)?;
         }
-        tokio::io::copy_bidirectional(client, &mut upstream).await?;
+        tokio::io::copy_bidirectional(client, &mut upstream)
+            .await
+            .map_err(SpliceError::Copy)?;
         return Ok(());
     }
-    Err(last_error)
+    Err(SpliceError::Connect(last_error))
 }

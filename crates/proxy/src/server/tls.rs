@@ -132,13 +132,14 @@ impl TlsTerminator {
             .server_name()
             .map(|name| name.to_ascii_lowercase().into_boxed_str())
             .unwrap_or_default();
+        // A name no listener takes finds no route either.
+        let routed = route(&table, &server_name)?;
         let mode = table.gateways().tls_mode(socket, &server_name);
         let Some(mode) = mode else {
             return Err(io::Error::other(format!(
                 "no TLS listener takes server name {server_name:?}"
             )));
         };
-        let routed = route(&table, &server_name)?;
         let handshake = match mode {
             TlsMode::Passthrough => {
                 let (socket, mut replay, unread) = start.io.into_parts();
@@ -318,7 +319,9 @@ impl TlsTerminator {
             return Err(io::Error::other("the passthrough host is gone"));
         };
         let replay: [&[u8]; 2] = [&hello, &unread];
-        super::stream::splice(&mut client, &replay, backend, self.connect_timeout).await
+        super::stream::splice(&mut client, &replay, backend, self.connect_timeout)
+            .await
+            .map_err(io::Error::from)
     }
 }
 

@@ -635,3 +635,91 @@ impl Drop for OpenConnection {
         };
     }
 }
+
+/// Labels of a stream route's metrics: the socket's protocol (`TLS`, `TCP`, `UDP`) and the
+/// route (`namespace/name`, empty when none took the connection).
+type StreamLabels = [(&'static str, String); 2];
+
+/// Connections (UDP: flows) and bytes of the Gateway's TLS, TCP and UDP listeners, by route.
+/// Clones share their values.
+#[derive(Clone, Debug, Default)]
+pub struct StreamMetrics {
+    connections: Family<[(&'static str, String); 3], Counter>,
+    open: Family<StreamLabels, Gauge>,
+    received: Family<StreamLabels, Counter>,
+    sent: Family<StreamLabels, Counter>,
+}
+
+/// How a stream connection (or UDP flow) ended up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamResult {
+    /// Connected to an endpoint and spliced.
+    Spliced,
+    /// No route took it, or its backendRef did not resolve: closed (UDP: dropped).
+    Refused,
+    /// The route had no endpoint that accepted, or the TLS handshake failed.
+    Failed,
+}
+
+impl StreamMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "stream_connections",
+            "Connections (UDP: client flows) taken by the Gateway's TLS, TCP and UDP listeners, by protocol, route and result (spliced, refused: no route or an invalid backendRef, failed: no endpoint answered or the handshake failed)",
+            Declared(self.connections.clone()),
+        );
+        registry.register(
+            "stream_open_connections",
+            "Connections (UDP: flows) open on the Gateway's TLS, TCP and UDP listeners, by protocol and route",
+            Declared(self.open.clone()),
+        );
+        registry.register(
+            "stream_received_bytes",
+            "Bytes received from clients on the Gateway's TLS, TCP and UDP listeners, by protocol and route (TLS: the bytes of the TLS stream in Passthrough, the decrypted ones in Terminate)",
+            Declared(self.received.clone()),
+        );
+        registry.register(
+            "stream_sent_bytes",
+            "Bytes sent to clients on the Gateway's TLS, TCP and UDP listeners, by protocol and route",
+            Declared(self.sent.clone()),
+        );
+    }
+
+    fn labels(protocol: &'static str, route: &str) -> StreamLabels {
+        [
+            ("protocol", protocol.to_owned()),
+            ("route", route.to_owned()),
+        ]
+    }
+
+    /// Counts one connection or flow and how it ended up.
+    pub fn connection(&self, protocol: &'static str, route: &str, result: StreamResult) {
+        let result = match result {
+            StreamResult::Spliced => "spliced",
+            StreamResult::Refused => "refused",
+            StreamResult::Failed => "failed",
+        };
+        self.connections
+            .get_or_create(&[
+                ("protocol", protocol.to_owned()),
+                ("route", route.to_owned()),
+                ("result", result.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// The open-connections gauge of a route.
+    pub fn open(&self, protocol: &'static str, route: &str) -> Gauge {
+        self.open
+            .get_or_create_owned(&Self::labels(protocol, route))
+    }
+
+    /// The counters of bytes received from and sent to clients on a route.
+    pub fn byte_counters(&self, protocol: &'static str, route: &str) -> (Counter, Counter) {
+        let labels = Self::labels(protocol, route);
+        (
+            self.received.get_or_create_owned(&labels),
+            self.sent.get_or_create_owned(&labels),
+        )
+    }
+}
