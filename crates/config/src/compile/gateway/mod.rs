@@ -37,6 +37,7 @@ use crate::gateway::{
 };
 use crate::snapshot::{ObjectKey, Snapshot};
 
+mod frontend;
 mod listeners;
 mod route_rules;
 mod routes;
@@ -55,6 +56,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "Gateway",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
     "HTTPRoute",
@@ -160,7 +163,11 @@ pub(crate) fn compile_gateways(
         let served = &gateways[plan.gateway];
         let site = plan.certificate.as_ref().map(|certificate| {
             let owner: Arc<str> = format!("{}/{}", served.key.namespace, served.key.name).into();
-            Arc::new(TlsSite::new(owner, Some(certificate.clone()), None))
+            Arc::new(TlsSite::new(
+                owner,
+                Some(certificate.clone()),
+                plan.client_auth.clone(),
+            ))
         });
         for socket in &plan.sockets {
             sinks.builder.gateways().add_listener(
