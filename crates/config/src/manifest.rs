@@ -111,7 +111,7 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "Service" | "Secret" | "ConfigMap" | "Namespace" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
         "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute"
-        | "UDPRoute" | "ReferenceGrant" => {
+        | "UDPRoute" | "BackendTLSPolicy" | "ReferenceGrant" => {
             return gateway_object(value, &api_version, &kind);
         }
         "Middleware" if is_traefik(&api_version) => {
@@ -164,7 +164,7 @@ fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Documen
     let read = match version {
         Some("v1" | "v1beta1") => true,
         Some("v1alpha2") => stream_route,
-        Some("v1alpha3") => kind == "TLSRoute",
+        Some("v1alpha3") => matches!(kind, "TLSRoute" | "BackendTLSPolicy"),
         _ => false,
     };
     if !read {
@@ -181,6 +181,7 @@ fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Documen
         "TLSRoute" => KubeObject::TlsRoute(typed(value)?),
         "TCPRoute" => KubeObject::TcpRoute(typed(value)?),
         "UDPRoute" => KubeObject::UdpRoute(typed(value)?),
+        "BackendTLSPolicy" => KubeObject::BackendTlsPolicy(typed(value)?),
         _ => KubeObject::ReferenceGrant(typed(value)?),
     };
     named(object)

@@ -8,7 +8,8 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gateway::{
-    Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute, UdpRoute,
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute,
+    TlsRoute, UdpRoute,
 };
 use crate::traefik::Middleware;
 
@@ -59,6 +60,7 @@ pub enum KubeObject {
     TlsRoute(TlsRoute),
     TcpRoute(TcpRoute),
     UdpRoute(UdpRoute),
+    BackendTlsPolicy(BackendTlsPolicy),
     ReferenceGrant(ReferenceGrant),
     /// Read for its labels, which Gateway listeners select route namespaces by.
     Namespace(Namespace),
@@ -82,6 +84,7 @@ impl KubeObject {
             Self::TlsRoute(_) => "TLSRoute",
             Self::TcpRoute(_) => "TCPRoute",
             Self::UdpRoute(_) => "UDPRoute",
+            Self::BackendTlsPolicy(_) => "BackendTLSPolicy",
             Self::ReferenceGrant(_) => "ReferenceGrant",
             Self::Namespace(_) => "Namespace",
             Self::Middleware(_) => "Middleware",
@@ -103,6 +106,7 @@ impl KubeObject {
             Self::TlsRoute(o) => &o.metadata,
             Self::TcpRoute(o) => &o.metadata,
             Self::UdpRoute(o) => &o.metadata,
+            Self::BackendTlsPolicy(o) => &o.metadata,
             Self::ReferenceGrant(o) => &o.metadata,
             Self::Namespace(o) => &o.metadata,
             Self::Middleware(o) => &o.metadata,
@@ -124,6 +128,7 @@ impl KubeObject {
             Self::TlsRoute(o) => &mut o.metadata,
             Self::TcpRoute(o) => &mut o.metadata,
             Self::UdpRoute(o) => &mut o.metadata,
+            Self::BackendTlsPolicy(o) => &mut o.metadata,
             Self::ReferenceGrant(o) => &mut o.metadata,
             Self::Namespace(o) => &mut o.metadata,
             Self::Middleware(o) => &mut o.metadata,
@@ -151,6 +156,7 @@ pub struct Snapshot {
     pub tls_routes: BTreeMap<ObjectKey, TlsRoute>,
     pub tcp_routes: BTreeMap<ObjectKey, TcpRoute>,
     pub udp_routes: BTreeMap<ObjectKey, UdpRoute>,
+    pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Namespace is cluster-scoped: keyed by name alone. Only Gateway listeners read it.
     pub namespaces: BTreeMap<String, Namespace>,
@@ -201,6 +207,9 @@ impl Snapshot {
             }
             KubeObject::UdpRoute(o) => {
                 self.udp_routes.insert(key, o);
+            }
+            KubeObject::BackendTlsPolicy(o) => {
+                self.backend_tls_policies.insert(key, o);
             }
             KubeObject::ReferenceGrant(o) => {
                 self.reference_grants.insert(key, o);
@@ -257,6 +266,9 @@ impl Snapshot {
             KubeObject::UdpRoute(_) => {
                 self.udp_routes.remove(&key);
             }
+            KubeObject::BackendTlsPolicy(_) => {
+                self.backend_tls_policies.remove(&key);
+            }
             KubeObject::ReferenceGrant(_) => {
                 self.reference_grants.remove(&key);
             }
@@ -286,6 +298,9 @@ impl Snapshot {
             KubeObject::TlsRoute(_) => self.tls_routes.get(&key).map(|o| &o.metadata),
             KubeObject::TcpRoute(_) => self.tcp_routes.get(&key).map(|o| &o.metadata),
             KubeObject::UdpRoute(_) => self.udp_routes.get(&key).map(|o| &o.metadata),
+            KubeObject::BackendTlsPolicy(_) => {
+                self.backend_tls_policies.get(&key).map(|o| &o.metadata)
+            }
             KubeObject::ReferenceGrant(_) => self.reference_grants.get(&key).map(|o| &o.metadata),
             KubeObject::Namespace(_) => self.namespaces.get(&key.name).map(|o| &o.metadata),
             KubeObject::Middleware(_) => self.middlewares.get(&key).map(|o| &o.metadata),
@@ -309,6 +324,7 @@ impl Snapshot {
             KubeObject::TlsRoute(o) => self.tls_routes.get(&key) == Some(o),
             KubeObject::TcpRoute(o) => self.tcp_routes.get(&key) == Some(o),
             KubeObject::UdpRoute(o) => self.udp_routes.get(&key) == Some(o),
+            KubeObject::BackendTlsPolicy(o) => self.backend_tls_policies.get(&key) == Some(o),
             KubeObject::ReferenceGrant(o) => self.reference_grants.get(&key) == Some(o),
             KubeObject::Namespace(o) => self.namespaces.get(&key.name) == Some(o),
             KubeObject::Middleware(o) => self.middlewares.get(&key) == Some(o),

@@ -533,3 +533,65 @@ async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_wei
     assert_eq!(listener["attachedRoutes"], 1, "{report}");
     assert_eq!(report["routes"][0]["kind"], "UDPRoute", "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_tls_policy_sluice_cannot_honour_fails_closed_on_http_and_tls_routes() {
+    let web = sluice_testkit::EchoBackend::start("web", pod_ip(210))
+        .await
+        .unwrap();
+    let stream_pod = identity_pod("stream-pod", pod_ip(211)).await;
+    let edge_ca = TestCa::new("edge CA").unwrap();
+    let (http_port, tls_port) = (free_port(), free_port());
+    let ip = gateway_ip(24);
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            CLASS.to_owned(),
+            gateway(
+                ip,
+                &format!("  - {{name: http, port: {http_port}, protocol: HTTP}}\n  - {{name: tls, port: {tls_port}, protocol: TLS, hostname: term.test, tls: {{mode: Terminate, certificateRefs: [{{name: edge-cert}}]}}}}\n"),
+            ),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: web}\nspec:\n  parentRefs: [{name: gw, sectionName: http}]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n".to_owned(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata: {name: term}\nspec:\n  parentRefs: [{name: gw, sectionName: tls}]\n  hostnames: [term.test]\n  rules: [{backendRefs: [{name: stream, port: 9000}]}]\n".to_owned(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {name: web-tls}\nspec:\n  targetRefs: [{group: \"\", kind: Service, name: web}, {group: \"\", kind: Service, name: stream}]\n  validation: {wellKnownCACertificates: System, hostname: web.internal}\n".to_owned(),
+            service("web", 8080, &[web.addr()]),
+            service("stream", 9000, &[stream_pod]),
+            edge_ca.server(&["term.test"]).unwrap().secret_yaml("default", "edge-cert", None),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let (http, tls) = (
+        SocketAddr::new(ip, http_port),
+        SocketAddr::new(ip, tls_port),
+    );
+    wait_for_socket(http).await;
+    wait_for_socket(tls).await;
+
+    let client = sluice_testkit::http_client();
+    let reply = sluice_testkit::get(&client, &format!("http://{http}/"), "shop.test")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 503, "{reply:?}");
+    assert_eq!(web.requests(), 0, "nothing reaches the pod in plaintext");
+    let refused = tls_connect(tls, "term.test", &edge_ca.cert_pem()).await;
+    assert!(refused.is_err(), "the TLS listener closes the connection");
+    let refused = [
+        ("protocol", "TLS"),
+        ("route", "default/term"),
+        ("result", "refused"),
+    ];
+    assert_eq!(
+        sluice
+            .metric_sum("sluice_stream_connections_total", &refused)
+            .await,
+        1.0
+    );
+    let (_, check) = support::run_check(dir.path());
+    assert!(
+        check.contains("BackendTLSPolicy default/web-tls")
+            && check.contains("does not implement BackendTLSPolicy yet"),
+        "{check}"
+    );
+}

@@ -294,6 +294,16 @@ pub const RESOURCES: &[ResourceType] = &[
     },
     ResourceType {
         group: "gateway.networking.k8s.io",
+        version: "v1",
+        plural: "backendtlspolicies",
+        singular: "backendtlspolicy",
+        kind: "BackendTLSPolicy",
+        namespaced: true,
+        status_subresource: true,
+        short_names: &["btlspolicy"],
+    },
+    ResourceType {
+        group: "gateway.networking.k8s.io",
         version: "v1beta1",
         plural: "referencegrants",
         singular: "referencegrant",

@@ -29,6 +29,29 @@ pub type TlsRoute = GatewayObject<StreamRouteSpec>;
 pub type TcpRoute = GatewayObject<StreamRouteSpec>;
 /// UDPRoute: UDP flows routed by the listener they arrive on.
 pub type UdpRoute = GatewayObject<StreamRouteSpec>;
+/// BackendTLSPolicy: TLS from the Gateway to the pods of a Service (port). sluice reads its
+/// targets only, to refuse what it cannot honour yet.
+pub type BackendTlsPolicy = GatewayObject<BackendTlsPolicySpec>;
+
+/// The part of a BackendTLSPolicy's spec sluice reads: the Service (ports) it targets.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTlsPolicySpec {
+    #[serde(default)]
+    pub target_refs: Vec<PolicyTargetReference>,
+}
+
+/// A policy's target: a Service of the policy's namespace, and optionally one port by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyTargetReference {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -199,6 +199,10 @@ fn choose_endpoint(
         return Err((None, StreamResult::Refused, error));
     };
     let route = rule.route.clone();
+    if let Some(why) = choice.and_then(|choice| choice.policy.refused.as_deref()) {
+        let error = io::Error::other(why.to_owned());
+        return Err((Some(route), StreamResult::Refused, error));
+    }
     let backend = choice
         .and_then(|choice| choice.backend)
         .and_then(|index| table.backend(index));

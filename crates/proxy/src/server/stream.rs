@@ -244,6 +244,10 @@ fn route<'t>(
         let error = io::Error::other(format!("no route takes server name {name:?}"));
         return Err((None, error));
     };
+    // What the route cannot honour refuses the connection, as it answers a request 503.
+    if let Some(why) = choice.and_then(|choice| choice.policy.refused.as_deref()) {
+        return Err((Some(rule.route.clone()), io::Error::other(why.to_owned())));
+    }
     let backend = choice
         .and_then(|choice| choice.backend)
         .and_then(|index| table.backend(index));

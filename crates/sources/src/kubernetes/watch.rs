@@ -277,6 +277,7 @@ const GATEWAY_KINDS: &[&str] = &[
     "TLSRoute",
     "TCPRoute",
     "UDPRoute",
+    "BackendTLSPolicy",
     "ReferenceGrant",
 ];
 

@@ -37,6 +37,7 @@ use crate::gateway::{
 };
 use crate::snapshot::{ObjectKey, Snapshot};
 
+mod backend_tls;
 mod frontend;
 mod listeners;
 mod route_rules;
@@ -155,6 +156,7 @@ pub(crate) fn compile_gateways(
         })
         .collect();
     let mut sinks = sinks;
+    backend_tls::report_unsupported(snapshot, sinks.diagnostics);
     let mut plans = plan_listeners(&mut gateways, inputs, &mut sinks);
     for plan in plans.iter().filter(|plan| plan.programmed()) {
         let Some(protocol) = plan.protocol else {

@@ -164,6 +164,15 @@ pub(super) fn backend_choice(
         name: &target.name,
     };
     let mut policy = route_policy(&side, &resolved, service_name, sinks.diagnostics);
+    if let Some(why) = target
+        .port
+        .and_then(|port| super::backend_tls::refusal(inputs, (namespace, &target.name, port)))
+    {
+        policy = Arc::new(RoutePolicy {
+            refused: Some(why),
+            ..RoutePolicy::clone(&policy)
+        });
+    }
     if reference.route.kind == "GRPCRoute" && policy.upstream == UpstreamProtocol::Http1 {
         // gRPC needs HTTP/2; a Service port that says nothing is spoken to in h2c.
         policy = Arc::new(RoutePolicy {
