@@ -8,11 +8,10 @@ mod support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::time::Duration;
 
 use sluice_testkit::{EchoBackend, IssuedPem, TestCa};
 use support::tls::{curl, write_pem};
-use support::{free_port, pod_ip, wait_until, write_manifest, Sluice};
+use support::{free_port, pod_ip, wait_for_socket, write_manifest, Sluice};
 
 const INFRA: &str = "gateway-conformance-infra";
 
@@ -154,13 +153,7 @@ async fn start(documents: &[String], dir: &Path, ip: IpAddr, ports: [u16; 2]) ->
     write_manifest(dir, "conformance.yaml", documents);
     let sluice = Sluice::start(dir, &["--gateway-address", &ip.to_string()]).await;
     for port in ports {
-        let socket = SocketAddr::new(ip, port);
-        wait_until(
-            &format!("{socket} to accept"),
-            Duration::from_secs(10),
-            || async move { tokio::net::TcpStream::connect(socket).await.is_ok() },
-        )
-        .await;
+        wait_for_socket(SocketAddr::new(ip, port)).await;
     }
     sluice
 }

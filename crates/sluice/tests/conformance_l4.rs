@@ -11,10 +11,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::ServerName;
 use sluice_testkit::{IssuedPem, TestCa};
-use support::tls::client_config;
-use support::{free_port, pod_ip, wait_until, write_manifest, Sluice};
+use support::tls::{server_config, tls_dial};
+use support::{free_port, pod_ip, wait_for_socket, wait_until, write_manifest, Sluice};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -84,21 +83,6 @@ impl EchoPod {
     }
 }
 
-fn server_config(issued: &IssuedPem) -> rustls::ServerConfig {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_slice_iter(issued.cert.as_bytes())
-        .map(Result::unwrap)
-        .collect();
-    let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes()).unwrap();
-    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap()
-}
-
 /// The echo server's side of one connection: `sni` is `Some` on its TLS port.
 async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
@@ -156,20 +140,6 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(stream: S, tls: bool) -> se
     assert_eq!(next().await, tls.to_string());
     write.write_all(b"TEST\n").await.unwrap();
     serde_json::from_str(&next().await).unwrap()
-}
-
-/// A TLS connection to `addr` under `server_name`, trusting `ca` (TLS 1.2 or later).
-async fn tls_dial(
-    addr: SocketAddr,
-    server_name: &str,
-    ca: &str,
-) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(ca)));
-    let tcp = TcpStream::connect(addr).await?;
-    let name = ServerName::try_from(server_name.to_owned()).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp))
-        .await
-        .map_err(|_| std::io::Error::other("handshake timed out"))?
 }
 
 /// The suite's rejection check: the handshake ends with the connection closed or reset, not
@@ -251,13 +221,7 @@ async fn serve(documents: &[String], ip: IpAddr, ports: &[u16]) -> (tempfile::Te
     write_manifest(dir.path(), "conformance.yaml", documents);
     let sluice = Sluice::start(dir.path(), &["--gateway-address", &ip.to_string()]).await;
     for port in ports {
-        let socket = SocketAddr::new(ip, *port);
-        wait_until(
-            &format!("{socket} to accept"),
-            Duration::from_secs(10),
-            || async move { TcpStream::connect(socket).await.is_ok() },
-        )
-        .await;
+        wait_for_socket(SocketAddr::new(ip, *port)).await;
     }
     (dir, sluice)
 }

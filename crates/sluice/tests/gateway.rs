@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sluice_testkit::{get, http_client, send, EchoBackend, RawBackend};
-use support::{free_port, pod_ip, run_check, service, wait_until, write_manifest, Sluice};
+use support::{
+    free_port, pod_ip, run_check, service, wait_for_socket, wait_until, write_manifest, Sluice,
+};
 
 /// The address a test's Gateway names in `spec.addresses`.
 fn gateway_ip(n: u8) -> IpAddr {
@@ -37,15 +39,6 @@ fn route(name: &str, spec: &str) -> String {
     format!(
         "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}}}\nspec:\n  parentRefs: [{{name: gw}}]\n{spec}"
     )
-}
-
-async fn wait_for_socket(addr: SocketAddr) {
-    wait_until(
-        &format!("{addr} to accept"),
-        Duration::from_secs(10),
-        || async move { tokio::net::TcpStream::connect(addr).await.is_ok() },
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,10 +7,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::ServerName;
 use sluice_testkit::TestCa;
-use support::tls::{client_config, served_subject};
-use support::{free_port, pod_ip, service, wait_until, write_manifest, Sluice};
+use support::tls::{served_subject, server_config, tls_dial};
+use support::{free_port, pod_ip, service, wait_for_socket, wait_until, write_manifest, Sluice};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -53,21 +52,7 @@ async fn identity_pod(name: &'static str, ip: IpAddr) -> SocketAddr {
 /// A pod that terminates TLS itself with `issued` and says its name and the server name it
 /// was asked for, then echoes.
 async fn tls_pod(name: &'static str, ip: IpAddr, issued: &sluice_testkit::IssuedPem) -> SocketAddr {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(issued.cert.as_bytes())
-            .map(Result::unwrap)
-            .collect();
-    let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes()).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .unwrap();
+    let config = server_config(issued);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -106,29 +91,6 @@ where
         Ok(Ok(n)) if n > 0 => Some(line.trim_end().to_owned()),
         _ => None,
     }
-}
-
-/// Connects with TLS to `addr` under `server_name`, trusting `ca`; the stream, or the error.
-async fn tls_connect(
-    addr: SocketAddr,
-    server_name: &str,
-    ca: &str,
-) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(ca)));
-    let tcp = TcpStream::connect(addr).await?;
-    let name = ServerName::try_from(server_name.to_owned()).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp))
-        .await
-        .map_err(|_| std::io::Error::other("handshake timed out"))?
-}
-
-async fn wait_for_socket(addr: SocketAddr) {
-    wait_until(
-        &format!("{addr} to accept"),
-        Duration::from_secs(10),
-        || async move { TcpStream::connect(addr).await.is_ok() },
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +135,7 @@ async fn tls_listeners_pass_through_or_terminate_by_server_name() {
     wait_for_socket(term).await;
 
     // Passthrough: the client sees the pod's certificate, and the pod sees the server name.
-    let mut stream = tls_connect(pass, "app.pass.test", &pod_ca.cert_pem())
+    let mut stream = tls_dial(pass, "app.pass.test", &pod_ca.cert_pem())
         .await
         .expect("the pod's certificate, trusted by the pod's CA");
     stream.write_all(b"ping\n").await.unwrap();
@@ -191,7 +153,7 @@ async fn tls_listeners_pass_through_or_terminate_by_server_name() {
     // A name the listener takes but no route serves, and a name the listener does not take:
     // the connection is closed without a handshake.
     for name in ["other.pass.test", "term.test"] {
-        let refused = tls_connect(pass, name, &pod_ca.cert_pem()).await;
+        let refused = tls_dial(pass, name, &pod_ca.cert_pem()).await;
         assert!(refused.is_err(), "{name} must not reach a backend");
     }
     let refused = [("protocol", "TLS"), ("route", ""), ("result", "refused")];
@@ -203,7 +165,7 @@ async fn tls_listeners_pass_through_or_terminate_by_server_name() {
     );
 
     // Terminate: the client sees the listener's certificate, the pod gets the plain bytes.
-    let mut stream = tls_connect(term, "term.test", &edge_ca.cert_pem())
+    let mut stream = tls_dial(term, "term.test", &edge_ca.cert_pem())
         .await
         .expect("the listener's certificate, trusted by the edge CA");
     assert_eq!(
@@ -575,7 +537,7 @@ async fn a_backend_tls_policy_sluice_cannot_honour_fails_closed_on_http_and_tls_
         .unwrap();
     assert_eq!(reply.status, 503, "{reply:?}");
     assert_eq!(web.requests(), 0, "nothing reaches the pod in plaintext");
-    let refused = tls_connect(tls, "term.test", &edge_ca.cert_pem()).await;
+    let refused = tls_dial(tls, "term.test", &edge_ca.cert_pem()).await;
     assert!(refused.is_err(), "the TLS listener closes the connection");
     let refused = [
         ("protocol", "TLS"),

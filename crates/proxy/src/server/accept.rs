@@ -1,10 +1,14 @@
-//! Accepting connections without spinning when accept fails: out of file descriptors (EMFILE), the listener backs off from 10 ms doubling to 1 s and logs once a second with a count.
+//! Accepting connections until the listener stops, each in a task of its own, and without spinning when accept fails: out of file descriptors (EMFILE), the listener backs off from 10 ms doubling to 1 s and logs once a second with a count.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
+
+use crate::shutdown::ShutdownSignal;
 
 const FIRST_DELAY: Duration = Duration::from_millis(10);
 const MAX_DELAY: Duration = Duration::from_secs(1);
@@ -68,6 +72,41 @@ impl Acceptor {
             self.unlogged = 0;
         }
     }
+}
+
+/// Accepts connections on `listener` until `shutdown`, each served by `serve` in a task of its
+/// own; then closes the listener and gives the open connections up to `grace_period` before
+/// closing them. Returns how many were still open when the grace period ran out.
+pub(crate) async fn accept_until_stopped<F, Fut>(
+    listener: TcpListener,
+    shutdown: ShutdownSignal,
+    grace_period: Duration,
+    mut serve: F,
+) -> usize
+where
+    F: FnMut(TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut acceptor = Acceptor::default();
+    let mut connections = JoinSet::new();
+    let stop = shutdown.wait();
+    tokio::pin!(stop);
+    loop {
+        while connections.try_join_next().is_some() {}
+        let (stream, peer) = tokio::select! {
+            accepted = acceptor.accept(&listener) => accepted,
+            () = &mut stop => break,
+        };
+        connections.spawn(serve(stream, peer));
+    }
+    drop(listener);
+    let finished = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace_period, finished).await.is_ok() {
+        return 0;
+    }
+    let open = connections.len();
+    connections.shutdown().await;
+    open
 }
 
 #[cfg(test)]

@@ -39,10 +39,9 @@ use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
 
 use crate::telemetry::{ListenerMetrics, OpenConnection};
-use accept::Acceptor;
+use accept::accept_until_stopped;
 use activity::{ClientTimeouts, ConnectionActivity, RequestActivity};
 use client_io::{ClientIo, ReadReady};
 pub use datagram::{serve_datagrams, DatagramOptions};
@@ -257,28 +256,17 @@ async fn serve_listener<H: Handler>(
         .options
         .metrics
         .accepted_by(crate::worker::current());
-    let mut acceptor = Acceptor::default();
-    let mut connections = JoinSet::new();
-    let stop = shutdown.wait();
-    tokio::pin!(stop);
-    loop {
-        while connections.try_join_next().is_some() {}
-        let (stream, peer) = tokio::select! {
-            accepted = acceptor.accept(&listener) => accepted,
-            () = &mut stop => break,
-        };
+    let open = accept_until_stopped(listener, shutdown, grace_period, |stream, peer| {
         accepted.inc();
-        connections.spawn(serve_connection(stream, peer, context.clone()));
-    }
-    drop(listener);
-    let finished = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(grace_period, finished).await.is_err() {
+        serve_connection(stream, peer, context.clone())
+    })
+    .await;
+    if open > 0 {
         tracing::warn!(
             ?grace_period,
-            open = connections.len(),
-            "requests still in flight after the grace period; closing their connections"
+            open,
+            "requests were still in flight after the grace period; their connections were closed"
         );
-        connections.shutdown().await;
     }
 }
 

@@ -19,9 +19,8 @@ use prometheus_client::metrics::counter::Counter;
 use sluice_routing::{Backend, GatewayOutcome, RoutingTable, SocketProtocol};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
 
-use super::accept::Acceptor;
+use super::accept::accept_until_stopped;
 use super::rewound::Rewound;
 use super::tls::{StreamHandshake, TlsTerminator};
 use crate::request::table_handle::TableHandle;
@@ -56,32 +55,16 @@ pub async fn serve_streams(
     shutdown: ShutdownSignal,
 ) {
     let options = Arc::new(options);
-    let mut acceptor = Acceptor::default();
-    let mut connections = JoinSet::new();
-    let stop = shutdown.wait();
-    tokio::pin!(stop);
-    loop {
-        while connections.try_join_next().is_some() {}
-        let (stream, peer) = tokio::select! {
-            accepted = acceptor.accept(&listener) => accepted,
-            () = &mut stop => break,
-        };
-        let options = options.clone();
-        let tls = tls.clone();
-        connections.spawn(async move {
+    let grace_period = options.grace_period;
+    accept_until_stopped(listener, shutdown, grace_period, |stream, peer| {
+        let (options, tls) = (options.clone(), tls.clone());
+        async move {
             if let Err(error) = serve_stream(stream, &options, tls.as_deref()).await {
                 tracing::debug!(%peer, socket = %options.socket, %error, "stream connection ended");
             }
-        });
-    }
-    drop(listener);
-    let finished = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(options.grace_period, finished)
-        .await
-        .is_err()
-    {
-        connections.shutdown().await;
-    }
+        }
+    })
+    .await;
 }
 
 /// Routes and splices one connection, counting it and its bytes under its route.

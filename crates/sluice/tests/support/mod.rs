@@ -538,3 +538,13 @@ pub fn basic(user_password: &str) -> String {
         base64::engine::general_purpose::STANDARD.encode(user_password)
     )
 }
+
+/// Waits (up to 10 s) until `addr` accepts TCP connections.
+pub async fn wait_for_socket(addr: SocketAddr) {
+    wait_until(
+        &format!("{addr} to accept"),
+        Duration::from_secs(10),
+        || async move { tokio::net::TcpStream::connect(addr).await.is_ok() },
+    )
+    .await;
+}

@@ -112,3 +112,40 @@ pub fn client_config(ca_pem: &str) -> rustls::ClientConfig {
     .with_root_certificates(roots)
     .with_no_client_auth()
 }
+
+/// A rustls server configuration serving `issued` (a certificate and its key, PEM), for test
+/// pods that terminate TLS themselves.
+pub fn server_config(issued: &sluice_testkit::IssuedPem) -> rustls::ServerConfig {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(issued.cert.as_bytes())
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes()).unwrap();
+    rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap()
+}
+
+/// A TLS connection to `addr` under `server_name`, trusting the CAs in `ca` (TLS 1.2 or
+/// later); the error when the handshake fails or takes more than 5 s.
+pub async fn tls_dial(
+    addr: std::net::SocketAddr,
+    server_name: &str,
+    ca: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(client_config(ca)));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned()).unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        connector.connect(name, tcp),
+    )
+    .await
+    .map_err(|_| std::io::Error::other("handshake timed out"))?
+}
