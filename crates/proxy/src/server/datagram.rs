@@ -26,6 +26,11 @@ use crate::telemetry::metrics::{StreamMetrics, StreamResult};
 /// The largest datagram carried (the UDP maximum payload).
 const MAX_DATAGRAM: usize = 65_507;
 
+/// The most flows one UDP listener keeps at once: each holds a socket, and a flood of
+/// datagrams from forged source addresses must not exhaust the process's file descriptors.
+/// A new client beyond it is dropped (counted as failed) until flows go idle.
+const MAX_FLOWS: usize = 16_384;
+
 /// What a Gateway UDP socket needs besides its socket.
 #[derive(Clone)]
 pub struct DatagramOptions {
@@ -90,6 +95,11 @@ pub async fn serve_datagrams(
             () = &mut stop => break,
         };
         let datagram = &buffer[..length];
+        if flows.len() >= MAX_FLOWS && !flows.contains_key(&client) {
+            tracing::debug!(%client, socket = %options.socket, "UDP datagram dropped: too many flows");
+            options.metrics.connection("UDP", "", StreamResult::Failed);
+            continue;
+        }
         let flow = match flows.entry(client) {
             Entry::Occupied(flow) => flow.into_mut(),
             Entry::Vacant(slot) => {
