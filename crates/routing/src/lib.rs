@@ -38,8 +38,8 @@ pub use policy::{
     Balancer, Cors, CorsRules, ErrorPages, HashKey, HeaderChanges, Listeners, Mirror,
     OriginPattern, PathChange, PathRewrite, RateLimits, Redirect, RedirectTo, RequestEdits,
     RetryOn, RetryPolicy, RoutePolicy, SameSite, SessionAffinity, SourceRanges, SourceVerdict,
-    StickyCookie, TlsPolicy, UpstreamFailureStatus, UpstreamProtocol, UpstreamTimeouts,
-    UpstreamTls,
+    StickyCookie, SubjectName, TlsPolicy, UpstreamFailureStatus, UpstreamProtocol,
+    UpstreamTimeouts, UpstreamTls,
 };
 pub use table::{Canary, CanaryRoute, GatewayMiss, Route, RoutingTable, TableBuilder, Target};
 pub use tls::{Certificate, ClientAuth, TlsHosts, TlsSite, VerifyClient};

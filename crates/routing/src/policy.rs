@@ -533,11 +533,29 @@ pub struct UpstreamTls {
     /// `proxy-ssl-verify: "on"`); `None` skips verification, ingress-nginx's default.
     #[serde(skip)]
     pub verify_roots: Option<Vec<rustls::pki_types::CertificateDer<'static>>>,
+    /// Verify against the CAs the operating system trusts as well (BackendTLSPolicy's
+    /// `wellKnownCACertificates: System`).
+    pub system_roots: bool,
     /// The name to verify and to send as SNI (`proxy-ssl-name`); else the request's host.
     pub server_name: Option<String>,
+    /// When not empty, the certificate must carry one of these names, and `server_name` is
+    /// only sent as SNI (BackendTLSPolicy's `subjectAltNames`).
+    pub subject_alt_names: Vec<SubjectName>,
+    /// Where the CAs come from, for diagnostics and the admin API (`ConfigMap ns/name`).
+    pub ca_sources: Vec<String>,
     /// The data plane's TLS client configuration, built once and attached.
     #[serde(skip)]
     pub client: Attached,
+}
+
+/// A name an endpoint's certificate may be required to carry.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubjectName {
+    /// A DNS name (a `*.` wildcard in the certificate matches one label).
+    Dns(String),
+    /// A URI, compared exactly (a SPIFFE ID).
+    Uri(String),
 }
 
 /// How the next endpoint is chosen. Every balancer yields an ordered list of candidates, so a

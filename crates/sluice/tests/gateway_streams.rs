@@ -497,15 +497,33 @@ async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_wei
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backend_tls_policy_sluice_cannot_honour_fails_closed_on_http_and_tls_routes() {
+async fn a_backend_tls_policy_reencrypts_terminated_tls_streams_and_never_falls_back_to_plaintext()
+{
+    let pod_ca = TestCa::new("pod CA").unwrap();
+    let other_ca = TestCa::new("other CA").unwrap();
+    let edge_ca = TestCa::new("edge CA").unwrap();
     let web = sluice_testkit::EchoBackend::start("web", pod_ip(210))
         .await
         .unwrap();
-    let stream_pod = identity_pod("stream-pod", pod_ip(211)).await;
-    let edge_ca = TestCa::new("edge CA").unwrap();
+    let issued = pod_ca.server(&["stream.internal"]).unwrap();
+    let stream_pod = tls_pod("tls-pod", pod_ip(211), &issued).await;
     let (http_port, tls_port) = (free_port(), free_port());
     let ip = gateway_ip(24);
     let dir = tempfile::tempdir().unwrap();
+    let ca_map = |name: &str, ca: &TestCa| {
+        let pem: String = ca
+            .cert_pem()
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect();
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata:\n  ca.crt: |\n{pem}")
+    };
+    let tls_route = |name: &str, host: &str, service: &str| {
+        format!("apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata: {{name: {name}}}\nspec:\n  parentRefs: [{{name: gw, sectionName: tls}}]\n  hostnames: [{host}]\n  rules: [{{backendRefs: [{{name: {service}, port: 9000}}]}}]\n")
+    };
+    let policy = |name: &str, service: &str, validation: &str| {
+        format!("apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {{name: {name}}}\nspec:\n  targetRefs: [{{group: \"\", kind: Service, name: {service}}}]\n  validation: {validation}\n")
+    };
     write_manifest(
         dir.path(),
         "app.yaml",
@@ -513,14 +531,21 @@ async fn a_backend_tls_policy_sluice_cannot_honour_fails_closed_on_http_and_tls_
             CLASS.to_owned(),
             gateway(
                 ip,
-                &format!("  - {{name: http, port: {http_port}, protocol: HTTP}}\n  - {{name: tls, port: {tls_port}, protocol: TLS, hostname: term.test, tls: {{mode: Terminate, certificateRefs: [{{name: edge-cert}}]}}}}\n"),
+                &format!("  - {{name: http, port: {http_port}, protocol: HTTP}}\n  - {{name: tls, port: {tls_port}, protocol: TLS, hostname: \"*.term.test\", tls: {{mode: Terminate, certificateRefs: [{{name: edge-cert}}]}}}}\n"),
             ),
             "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: web}\nspec:\n  parentRefs: [{name: gw, sectionName: http}]\n  rules: [{backendRefs: [{name: web, port: 8080}]}]\n".to_owned(),
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata: {name: term}\nspec:\n  parentRefs: [{name: gw, sectionName: tls}]\n  hostnames: [term.test]\n  rules: [{backendRefs: [{name: stream, port: 9000}]}]\n".to_owned(),
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {name: web-tls}\nspec:\n  targetRefs: [{group: \"\", kind: Service, name: web}, {group: \"\", kind: Service, name: stream}]\n  validation: {wellKnownCACertificates: System, hostname: web.internal}\n".to_owned(),
+            tls_route("good", "good.term.test", "stream"),
+            tls_route("wrong-ca", "wrong.term.test", "stream-wrong-ca"),
+            // The system's CAs do not know the pod's: the plaintext pod is never reached.
+            policy("web-tls", "web", "{wellKnownCACertificates: System, hostname: web.internal}"),
+            policy("stream-tls", "stream", "{caCertificateRefs: [{group: \"\", kind: ConfigMap, name: pod-ca}], hostname: stream.internal}"),
+            policy("stream-wrong-ca-tls", "stream-wrong-ca", "{caCertificateRefs: [{group: \"\", kind: ConfigMap, name: other-ca}], hostname: stream.internal}"),
+            ca_map("pod-ca", &pod_ca),
+            ca_map("other-ca", &other_ca),
             service("web", 8080, &[web.addr()]),
             service("stream", 9000, &[stream_pod]),
-            edge_ca.server(&["term.test"]).unwrap().secret_yaml("default", "edge-cert", None),
+            service("stream-wrong-ca", 9000, &[stream_pod]),
+            edge_ca.server(&["*.term.test"]).unwrap().secret_yaml("default", "edge-cert", None),
         ],
     );
     let sluice = Sluice::start(dir.path(), &[]).await;
@@ -537,23 +562,52 @@ async fn a_backend_tls_policy_sluice_cannot_honour_fails_closed_on_http_and_tls_
         .unwrap();
     assert_eq!(reply.status, 503, "{reply:?}");
     assert_eq!(web.requests(), 0, "nothing reaches the pod in plaintext");
-    let refused = tls_dial(tls, "term.test", &edge_ca.cert_pem()).await;
-    assert!(refused.is_err(), "the TLS listener closes the connection");
-    let refused = [
+
+    // Terminated at the edge, then TLS again to the pod with the policy's hostname as SNI,
+    // verified against the policy's CA.
+    let mut stream = tls_dial(tls, "good.term.test", &edge_ca.cert_pem())
+        .await
+        .expect("the edge certificate");
+    stream.write_all(b"ping\n").await.unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut hello = String::new();
+    reader.read_line(&mut hello).await.unwrap();
+    assert_eq!(hello.trim_end(), "tls-pod sni=stream.internal");
+    let mut echoed = String::new();
+    reader.read_line(&mut echoed).await.unwrap();
+    assert_eq!(echoed, "ping\n");
+
+    // A CA that did not sign the pod's certificate: the connection fails, nothing is spliced.
+    let stream = tls_dial(tls, "wrong.term.test", &edge_ca.cert_pem())
+        .await
+        .expect("the edge certificate");
+    assert_eq!(first_line(stream).await, None);
+    let failed = [
         ("protocol", "TLS"),
-        ("route", "default/term"),
-        ("result", "refused"),
+        ("route", "default/wrong-ca"),
+        ("result", "failed"),
     ];
-    assert_eq!(
-        sluice
-            .metric_sum("sluice_stream_connections_total", &refused)
-            .await,
-        1.0
-    );
-    let (_, check) = support::run_check(dir.path());
-    assert!(
-        check.contains("BackendTLSPolicy default/web-tls")
-            && check.contains("does not implement BackendTLSPolicy yet"),
-        "{check}"
-    );
+    wait_until(
+        "the failed connection to count",
+        Duration::from_secs(5),
+        || async {
+            sluice
+                .metric_sum("sluice_stream_connections_total", &failed)
+                .await
+                == 1.0
+        },
+    )
+    .await;
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let policies = report["backendTLSPolicies"].as_array().unwrap();
+    assert_eq!(policies.len(), 3, "{report}");
+    for policy in policies {
+        let accepted = &policy["ancestors"][0]["conditions"][0];
+        assert_eq!(accepted["status"], "True", "{policy}");
+        assert_eq!(
+            policy["ancestors"][0]["ancestorRef"]["name"], "gw",
+            "{policy}"
+        );
+    }
 }

@@ -1099,3 +1099,81 @@ async fn every_gateway_api_status_condition_reaches_the_api_server_and_a_route_t
     assert_eq!(parents[0]["controllerName"], "example.dev/other");
     drop((sluice, taken));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_tls_policy_gets_its_ancestor_status_and_keeps_other_controllers_ancestors() {
+    let pods = pods(&["btls-1"], 174).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    let port = support::free_port();
+    for object in gateway_objects(port) {
+        cluster.apply(object);
+    }
+    cluster.apply(http_route("/", "web"));
+    cluster.apply(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+        "metadata": {"name": "web-tls", "namespace": "shop"},
+        "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
+                 "validation": {"caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "web-ca"}],
+                                "hostname": "web.shop.internal"}}
+    }));
+    let mut policy = cluster
+        .api
+        .get("BackendTLSPolicy", "shop", "web-tls")
+        .unwrap();
+    let foreign = json!({"ancestorRef": {"name": "their-gateway"}, "controllerName": "example.dev/other",
+                         "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                                         "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    policy["status"] = json!({"ancestors": [foreign]});
+    cluster.api.replace_status(policy).unwrap();
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &["--namespace", "shop"]).await;
+    let ours = || {
+        let policy = cluster
+            .api
+            .get("BackendTLSPolicy", "shop", "web-tls")
+            .unwrap();
+        let ancestor = policy["status"]["ancestors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["controllerName"] == "sluice.dev/gateway-controller")
+            .cloned();
+        (policy, ancestor)
+    };
+    wait_until("the policy's status", Duration::from_secs(10), || async {
+        ours().1.is_some()
+    })
+    .await;
+    let (policy, ancestor) = ours();
+    let ancestor = ancestor.unwrap();
+    assert_eq!(ancestor["ancestorRef"]["name"], "gw", "{policy}");
+    assert_eq!(ancestor["ancestorRef"]["kind"], "Gateway", "{policy}");
+    let triple = |t: &str, s: &str, r: &str| (t.to_owned(), s.to_owned(), r.to_owned());
+    assert_eq!(
+        conditions(&ancestor["conditions"]),
+        [
+            triple("Accepted", "False", "NoValidCACertificate"),
+            triple("ResolvedRefs", "False", "InvalidCACertificateRef"),
+        ]
+    );
+    assert_eq!(
+        ancestor["conditions"][0]["observedGeneration"],
+        policy["metadata"]["generation"]
+    );
+    let ancestors = policy["status"]["ancestors"].as_array().unwrap();
+    assert!(
+        ancestors
+            .iter()
+            .any(|a| a["controllerName"] == "example.dev/other"),
+        "the other controller's ancestor stays: {policy}"
+    );
+    // Nothing reaches the pod while the policy has no CA: 503, never plaintext.
+    let client = http_client();
+    let reply = get(&client, &format!("http://127.0.3.20:{port}/"), "shop.test")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 503, "{reply:?}");
+    assert_eq!(pods[0].requests(), 0);
+    drop(sluice);
+}

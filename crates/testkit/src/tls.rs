@@ -2,7 +2,7 @@
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    KeyPair, KeyUsagePurpose, SanType,
 };
 
 /// A certificate and its private key, PEM-encoded.
@@ -65,7 +65,8 @@ impl TestCa {
         self.issuer.pem()
     }
 
-    /// A server certificate for `names` (DNS names; `*.` wildcards allowed), valid now.
+    /// A server certificate for `names` (DNS names, `*.` wildcards allowed, or URIs such as
+    /// `spiffe://...`), valid now.
     pub fn server(&self, names: &[&str]) -> Result<IssuedPem, rcgen::Error> {
         self.issue(
             names,
@@ -98,8 +99,15 @@ impl TestCa {
         validity: Validity,
         usage: ExtendedKeyUsagePurpose,
     ) -> Result<IssuedPem, rcgen::Error> {
+        // A name with a scheme (`spiffe://...`) is a URI subject alternative name; the others
+        // are DNS names or IP addresses.
+        let (uris, names): (Vec<&str>, Vec<&str>) =
+            names.iter().partition(|name| name.contains("://"));
         let names: Vec<String> = names.iter().map(|name| (*name).to_owned()).collect();
         let mut params = CertificateParams::new(names.clone())?;
+        for uri in uris {
+            params.subject_alt_names.push(SanType::URI(uri.try_into()?));
+        }
         if let Some(first) = names.first() {
             params
                 .distinguished_name

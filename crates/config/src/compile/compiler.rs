@@ -18,7 +18,7 @@ use sluice_routing::TableBuilder;
 use super::backend::{EndpointResolver, EndpointSources, ServiceIndex};
 use super::class::ClassFilter;
 use super::fragment::Fragment;
-use super::gateway::{compile_gateways, GatewayInputs, GatewaySinks};
+use super::gateway::{compile_gateways, BackendTlsPolicies, GatewayInputs, GatewaySinks};
 use super::ingress::{compile_ingress, oldest_first, Inputs};
 use super::merge::{Merge, RegexCache};
 use super::options::{CompileOptions, Compiled};
@@ -104,8 +104,10 @@ impl Compiler {
         }
         self.secrets.refresh(snapshot);
         let controller = self.options.gateway_controller.clone();
+        let backend_tls = BackendTlsPolicies::resolve(snapshot);
         let gateways = GatewayInputs {
             snapshot,
+            backend_tls: &backend_tls,
             controller: &controller,
             default_address: self.options.gateway_address,
             services: &services,

@@ -58,7 +58,7 @@ pub(super) fn route_policy(
     let policy = mode_policy(ingress, backend, service, diagnostics);
     let upstream = upstream_protocol(ingress, backend);
     if let UpstreamProtocol::Tls(tls) = &upstream {
-        if tls.verify_roots.is_none() {
+        if tls.verify_roots.is_none() && ingress.kind == "Ingress" {
             diagnostics.info(
                 &ingress.object(),
                 annotation_field("nginx.ingress.kubernetes.io/proxy-ssl-verify"),

@@ -59,6 +59,9 @@ pub struct GatewayReport {
     pub classes: Vec<ClassStatus>,
     pub gateways: Vec<GatewayStatus>,
     pub routes: Vec<RouteStatus>,
+    /// Every BackendTLSPolicy, with an ancestor per Gateway whose routes reach its Services.
+    #[serde(default, rename = "backendTLSPolicies")]
+    pub backend_tls_policies: Vec<PolicyStatus>,
 }
 
 impl GatewayReport {
@@ -176,6 +179,29 @@ pub struct ParentStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// A policy's status: its conditions per ancestor (the Gateways it takes effect under), as
+/// `status.ancestors` carries them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    /// `BackendTLSPolicy`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    pub ancestors: Vec<AncestorStatus>,
+}
+
+/// One entry of a policy's `status.ancestors`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AncestorStatus {
+    pub ancestor_ref: ParentReference,
+    pub controller_name: String,
+    pub conditions: Vec<Condition>,
+}
+
 /// `Accepted=True (Accepted), Programmed=False (Invalid: why)`.
 fn conditions_text(conditions: &[Condition]) -> String {
     let one = |c: &Condition| match c.holds() {
@@ -239,12 +265,37 @@ impl std::fmt::Display for GatewayReport {
                 )?;
             }
         }
+        for policy in &self.backend_tls_policies {
+            if policy.ancestors.is_empty() {
+                writeln!(
+                    f,
+                    "{} {}/{}: no Gateway's routes reach the Services it targets",
+                    policy.kind, policy.namespace, policy.name
+                )?;
+            }
+            for ancestor in &policy.ancestors {
+                let reference = &ancestor.ancestor_ref;
+                writeln!(
+                    f,
+                    "{} {}/{} under Gateway {}/{}: {}",
+                    policy.kind,
+                    policy.namespace,
+                    policy.name,
+                    reference.namespace.as_deref().unwrap_or(&policy.namespace),
+                    reference.name,
+                    conditions_text(&ancestor.conditions)
+                )?;
+            }
+        }
         Ok(())
     }
 }
 
 impl GatewayReport {
     pub fn is_empty(&self) -> bool {
-        self.classes.is_empty() && self.gateways.is_empty() && self.routes.is_empty()
+        self.classes.is_empty()
+            && self.gateways.is_empty()
+            && self.routes.is_empty()
+            && self.backend_tls_policies.is_empty()
     }
 }

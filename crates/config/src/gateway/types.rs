@@ -29,16 +29,53 @@ pub type TlsRoute = GatewayObject<StreamRouteSpec>;
 pub type TcpRoute = GatewayObject<StreamRouteSpec>;
 /// UDPRoute: UDP flows routed by the listener they arrive on.
 pub type UdpRoute = GatewayObject<StreamRouteSpec>;
-/// BackendTLSPolicy: TLS from the Gateway to the pods of a Service (port). sluice reads its
-/// targets only, to refuse what it cannot honour yet.
+/// BackendTLSPolicy: TLS from the Gateway to the pods of a Service (port).
 pub type BackendTlsPolicy = GatewayObject<BackendTlsPolicySpec>;
 
-/// The part of a BackendTLSPolicy's spec sluice reads: the Service (ports) it targets.
+/// A BackendTLSPolicy's spec: the Service (ports) it targets and how their certificates are
+/// checked.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendTlsPolicySpec {
     #[serde(default)]
     pub target_refs: Vec<PolicyTargetReference>,
+    #[serde(default)]
+    pub validation: BackendTlsValidation,
+}
+
+/// `spec.validation` of a BackendTLSPolicy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTlsValidation {
+    /// ConfigMaps (or Secrets) of the policy's namespace whose `ca.crt` holds the CAs.
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<ObjectReference>,
+    /// `System`: the CAs the operating system trusts.
+    #[serde(
+        default,
+        rename = "wellKnownCACertificates",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub well_known_ca_certificates: Option<String>,
+    /// Sent as SNI, and the name verified unless `subjectAltNames` are given.
+    #[serde(default)]
+    pub hostname: String,
+    /// Names one of which the certificate must carry, instead of `hostname`.
+    #[serde(default)]
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// One of `spec.validation.subjectAltNames`: `type: Hostname` with `hostname`, or `type: URI`
+/// with `uri`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubjectAltName {
+    #[serde(rename = "type")]
+    pub name_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
 }
 
 /// A policy's target: a Service of the policy's namespace, and optionally one port by name.

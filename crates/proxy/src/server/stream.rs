@@ -16,7 +16,10 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
-use sluice_routing::{Backend, GatewayOutcome, RoutingTable, SocketProtocol};
+use sluice_routing::{
+    Backend, GatewayOutcome, RoutePolicy, RoutingTable, SocketProtocol, UpstreamProtocol,
+    UpstreamTls,
+};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -26,6 +29,7 @@ use super::tls::{StreamHandshake, TlsTerminator};
 use crate::request::table_handle::TableHandle;
 use crate::shutdown::ShutdownSignal;
 use crate::telemetry::metrics::{StreamMetrics, StreamResult};
+use crate::upstream::connect;
 
 /// What a Gateway stream socket needs besides its listener.
 #[derive(Clone)]
@@ -79,9 +83,13 @@ async fn serve_stream(
         None => {
             let table = options.table.load();
             match route(&table, options.socket, "") {
-                Ok((name, backend)) => {
+                Ok((name, backend, policy)) => {
                     let mut stream = stream;
-                    let spliced = splice_counted(&mut stream, &[], backend, (options, &name)).await;
+                    let to = Upstream {
+                        backend,
+                        tls: upstream_tls(&policy),
+                    };
+                    let spliced = splice_counted(&mut stream, &[], to, (options, &name)).await;
                     (Some(name), spliced)
                 }
                 Err((name, error)) => (name, Err(Refused(error))),
@@ -141,7 +149,7 @@ async fn serve_tls_stream(
         tls.stream_handshake(
             Rewound::new(stream, Bytes::new()),
             |table, name| match route(table, socket, name) {
-                Ok((route, backend)) => Ok((route, backend.id().clone())),
+                Ok((route, backend, policy)) => Ok((route, (backend.id().clone(), policy))),
                 Err((route, error)) => {
                     refused = Some(route);
                     Err(error)
@@ -149,7 +157,7 @@ async fn serve_tls_stream(
             },
         );
     let handshake = tokio::time::timeout(options.handshake_timeout, handshake).await;
-    let ((name, backend), handshake) = match handshake {
+    let ((name, (backend, policy)), handshake) = match handshake {
         Ok(Ok(done)) => done,
         Ok(Err(error)) => {
             return match refused.take() {
@@ -170,11 +178,17 @@ async fn serve_tls_stream(
         return (Some(name), Err(Refused(error)));
     };
     let spliced = match handshake {
+        // The client's own TLS goes through to the pod: no second layer.
         StreamHandshake::Passthrough { mut socket, replay } => {
-            splice_counted(&mut socket, &[&replay], backend, (options, &name)).await
+            let to = Upstream { backend, tls: None };
+            splice_counted(&mut socket, &[&replay], to, (options, &name)).await
         }
         StreamHandshake::Terminated(mut stream) => {
-            splice_counted(&mut stream, &[], backend, (options, &name)).await
+            let to = Upstream {
+                backend,
+                tls: upstream_tls(&policy),
+            };
+            splice_counted(&mut stream, &[], to, (options, &name)).await
         }
     };
     (Some(name), spliced)
@@ -185,7 +199,7 @@ async fn serve_tls_stream(
 async fn splice_counted<S>(
     client: &mut S,
     replay: &[&[u8]],
-    backend: &Backend,
+    to: Upstream<'_>,
     (options, route): (&StreamOptions, &str),
 ) -> Result<(), StreamError>
 where
@@ -200,7 +214,7 @@ where
         received,
         sent,
     };
-    let spliced = splice(&mut counted, replay, backend, options.connect_timeout).await;
+    let spliced = splice(&mut counted, replay, to, options.connect_timeout).await;
     open.dec();
     match spliced {
         Ok(()) => Ok(()),
@@ -212,6 +226,21 @@ where
 /// A route that refused a connection (`None` when none took it), and why.
 type RouteRefusal = (Option<Arc<str>>, io::Error);
 
+/// Where a connection is spliced to: a backend's endpoints, over TLS when a BackendTLSPolicy
+/// asks for it.
+pub(crate) struct Upstream<'a> {
+    pub(crate) backend: &'a Backend,
+    pub(crate) tls: Option<&'a UpstreamTls>,
+}
+
+/// The TLS a route's policy asks for towards its pods.
+fn upstream_tls(policy: &RoutePolicy) -> Option<&UpstreamTls> {
+    match &policy.upstream {
+        UpstreamProtocol::Tls(tls) => Some(tls),
+        _ => None,
+    }
+}
+
 /// The backend a connection goes to, with its route's name: the first rule served under its
 /// server name on the listener that name selects, and one of the rule's backendRefs by
 /// weight. On failure, the route's name when a route took the connection.
@@ -219,7 +248,7 @@ fn route<'t>(
     table: &'t RoutingTable,
     socket: SocketAddr,
     name: &str,
-) -> Result<(Arc<str>, &'t Backend), RouteRefusal> {
+) -> Result<(Arc<str>, &'t Backend, Arc<RoutePolicy>), RouteRefusal> {
     let outcome = table
         .gateways()
         .stream_lookup(socket, name, |total| fastrand::u32(1..=total));
@@ -231,11 +260,12 @@ fn route<'t>(
     if let Some(why) = choice.and_then(|choice| choice.policy.refused.as_deref()) {
         return Err((Some(rule.route.clone()), io::Error::other(why.to_owned())));
     }
-    let backend = choice
-        .and_then(|choice| choice.backend)
-        .and_then(|index| table.backend(index));
+    let backend = choice.and_then(|choice| {
+        let backend = table.backend(choice.backend?)?;
+        Some((backend, choice.policy.clone()))
+    });
     match backend {
-        Some(backend) => Ok((rule.route.clone(), backend)),
+        Some((backend, policy)) => Ok((rule.route.clone(), backend, policy)),
         None => Err((
             Some(rule.route.clone()),
             io::Error::other(format!(
@@ -313,12 +343,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<'_, S> {
 pub(crate) async fn splice<S>(
     client: &mut S,
     replay: &[&[u8]],
-    backend: &Backend,
+    to: Upstream<'_>,
     connect_timeout: Duration,
 ) -> Result<(), SpliceError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let backend = to.backend;
     let set = backend.endpoints().load();
     let eligible = set.eligible();
     if eligible.is_empty() {
@@ -343,13 +374,39 @@ where
             }
         };
         let _ = upstream.set_nodelay(true);
-        for bytes in replay {
-            upstream.write_all(bytes).await.map_err(SpliceError::Copy)?;
-        }
-        tokio::io::copy_bidirectional(client, &mut upstream)
-            .await
-            .map_err(SpliceError::Copy)?;
-        return Ok(());
+        let Some(tls) = to.tls else {
+            return copy_both_ways(client, replay, &mut upstream).await;
+        };
+        // A certificate that does not verify fails the connection: never plaintext instead.
+        let handshake = connect::open_stream_tls(tls, upstream, address);
+        let mut upstream = match tokio::time::timeout(connect_timeout, handshake).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => return Err(SpliceError::Connect(error)),
+            Err(_) => {
+                let error = io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out");
+                return Err(SpliceError::Connect(error));
+            }
+        };
+        return copy_both_ways(client, replay, &mut upstream).await;
     }
     Err(SpliceError::Connect(last_error))
+}
+
+/// Writes `replay` to the endpoint, then copies bytes both ways until either side closes.
+async fn copy_both_ways<C, U>(
+    client: &mut C,
+    replay: &[&[u8]],
+    upstream: &mut U,
+) -> Result<(), SpliceError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    for bytes in replay {
+        upstream.write_all(bytes).await.map_err(SpliceError::Copy)?;
+    }
+    tokio::io::copy_bidirectional(client, upstream)
+        .await
+        .map_err(SpliceError::Copy)?;
+    Ok(())
 }

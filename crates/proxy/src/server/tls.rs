@@ -319,7 +319,8 @@ impl TlsTerminator {
             return Err(io::Error::other("the passthrough host is gone"));
         };
         let replay: [&[u8]; 2] = [&hello, &unread];
-        super::stream::splice(&mut client, &replay, backend, self.connect_timeout)
+        let to = super::stream::Upstream { backend, tls: None };
+        super::stream::splice(&mut client, &replay, to, self.connect_timeout)
             .await
             .map_err(io::Error::from)
     }

@@ -1,15 +1,19 @@
 //! How the data plane talks to a route's endpoints: HTTP/1.1, h2c, or TLS where ALPN picks HTTP/2 or HTTP/1.1, with the endpoint's certificate verified against the route's CAs or, as ingress-nginx does by default, not at all.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use sluice_routing::{UpstreamProtocol, UpstreamTls};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+use sluice_routing::{SubjectName, UpstreamProtocol, UpstreamTls};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -26,6 +30,9 @@ pub(crate) enum Wire {
         /// The name sent as SNI and verified; `None` uses the endpoint's IP address.
         server_name: Option<ServerName<'static>>,
         http2_only: bool,
+        /// What a pooled connection must have been opened with to be reused: the
+        /// verification settings and the server name, hashed.
+        identity: u64,
     },
 }
 
@@ -38,10 +45,14 @@ impl Wire {
             UpstreamProtocol::H2c => Self::H2c,
             UpstreamProtocol::Tls(tls) => {
                 let name = tls.server_name.as_deref().unwrap_or(host);
+                let (config, settings) = client_config(tls)?;
+                let mut identity = DefaultHasher::new();
+                (settings, name).hash(&mut identity);
                 Self::Tls {
-                    config: client_config(tls)?,
+                    config,
                     server_name: ServerName::try_from(name.to_owned()).ok(),
                     http2_only: tls.http2_only,
+                    identity: identity.finish(),
                 }
             }
         })
@@ -49,6 +60,16 @@ impl Wire {
 
     pub(crate) fn is_tls(&self) -> bool {
         matches!(self, Self::Tls { .. })
+    }
+
+    /// Which pooled connections this wire may reuse: 0 for plain ones, else a hash of the TLS
+    /// settings and server name, so that a connection verified for one BackendTLSPolicy (or
+    /// opened with one SNI) never carries a request that asks for another.
+    pub(crate) fn identity(&self) -> u64 {
+        match self {
+            Self::Http1 | Self::H2c => 0,
+            Self::Tls { identity, .. } => *identity,
+        }
     }
 
     pub(crate) fn may_use_http2(&self) -> bool {
@@ -94,6 +115,26 @@ impl Wire {
             }
         }
     }
+}
+
+/// Opens TLS over a connected socket for a TCP stream (a TLS-terminating or TCP listener's
+/// connection to a Service a BackendTLSPolicy targets): the route's verification and server
+/// name, no ALPN.
+pub(crate) async fn open_stream_tls(
+    tls: &UpstreamTls,
+    stream: TcpStream,
+    authority: &str,
+) -> io::Result<TlsStream<TcpStream>> {
+    let (config, _) = client_config(tls).map_err(io::Error::other)?;
+    let mut config = ClientConfig::clone(&config);
+    config.alpn_protocols.clear();
+    let name = match &tls.server_name {
+        Some(name) => ServerName::try_from(name.clone()).map_err(io::Error::other)?,
+        None => endpoint_name(authority).map_err(io::Error::other)?,
+    };
+    TlsConnector::from(Arc::new(config))
+        .connect(name, stream)
+        .await
 }
 
 /// The endpoint's IP address as a TLS server name.
@@ -178,39 +219,166 @@ impl AsyncWrite for Stream {
     }
 }
 
-/// The route's TLS client configuration, built once and attached to its policy.
-fn client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, ProxyError> {
+/// The route's TLS client configuration and a hash of the settings it was built from, made
+/// once and attached to its policy.
+fn client_config(tls: &UpstreamTls) -> Result<(Arc<ClientConfig>, u64), ProxyError> {
+    let build = || build_client_config(tls).map(|config| (config, settings_hash(tls)));
     let built = tls
         .client
-        .get_or_attach(|| build_client_config(tls).map_err(|error| error.to_string()));
+        .get_or_attach(|| build().map_err(|error| error.to_string()));
     match built {
-        Some(Ok(config)) => Ok(config.clone()),
+        Some(Ok(built)) => Ok(built.clone()),
         Some(Err(reason)) => Err(ProxyError::ConnectFailed(io::Error::other(reason.clone()))),
-        None => build_client_config(tls)
-            .map_err(|error| ProxyError::ConnectFailed(io::Error::other(error))),
+        None => build().map_err(|error| ProxyError::ConnectFailed(io::Error::other(error))),
     }
+}
+
+/// A hash of everything that decides how an endpoint's certificate is checked.
+fn settings_hash(tls: &UpstreamTls) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    tls.http2_only.hash(&mut hasher);
+    tls.system_roots.hash(&mut hasher);
+    tls.server_name.hash(&mut hasher);
+    tls.subject_alt_names.hash(&mut hasher);
+    match &tls.verify_roots {
+        Some(roots) => roots
+            .iter()
+            .for_each(|root| root.as_ref().hash(&mut hasher)),
+        None => "no verification".hash(&mut hasher),
+    }
+    hasher.finish()
 }
 
 fn build_client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, rustls::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
-    let mut config = match &tls.verify_roots {
+    let verifier: Arc<dyn ServerCertVerifier> = match &tls.verify_roots {
         Some(roots) => {
             let mut store = RootCertStore::empty();
             store.add_parsable_certificates(roots.iter().cloned());
-            builder.with_root_certificates(store).with_no_client_auth()
+            if tls.system_roots {
+                store.add_parsable_certificates(system_roots());
+            }
+            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider)
+                .build()
+                .map_err(|error| rustls::Error::General(error.to_string()))?;
+            match tls.subject_alt_names.is_empty() {
+                true => webpki,
+                false => Arc::new(SubjectNameVerifier {
+                    webpki,
+                    names: tls.subject_alt_names.clone(),
+                }),
+            }
         }
-        None => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
-            .with_no_client_auth(),
+        None => Arc::new(AcceptAnyCertificate(provider)),
     };
+    let mut config = builder
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
     config.alpn_protocols = match tls.http2_only {
         true => vec![b"h2".to_vec()],
         false => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
     };
     Ok(Arc::new(config))
+}
+
+/// The CAs the operating system trusts (read once; none when its store cannot be read).
+fn system_roots() -> Vec<CertificateDer<'static>> {
+    static ROOTS: std::sync::OnceLock<Vec<CertificateDer<'static>>> = std::sync::OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let loaded = rustls_native_certs::load_native_certs();
+            for error in &loaded.errors {
+                tracing::warn!(%error, "reading the system's CA certificates");
+            }
+            loaded.certs
+        })
+        .clone()
+}
+
+/// BackendTLSPolicy's `subjectAltNames`: the chain is verified as usual, but the certificate
+/// must carry one of the names (a DNS name, matched as webpki matches a server name, or a URI,
+/// compared exactly) rather than the name sent as SNI.
+#[derive(Debug)]
+struct SubjectNameVerifier {
+    webpki: Arc<WebPkiServerVerifier>,
+    names: Vec<SubjectName>,
+}
+
+impl SubjectNameVerifier {
+    /// Whether the certificate carries `uri` as a URI subject alternative name.
+    fn carries_uri(end_entity: &CertificateDer<'_>, uri: &str) -> bool {
+        let Ok((_, certificate)) = x509_parser::parse_x509_certificate(end_entity) else {
+            return false;
+        };
+        let Ok(Some(names)) = certificate.subject_alternative_name() else {
+            return false;
+        };
+        names.value.general_names.iter().any(|name| {
+            matches!(name, x509_parser::extensions::GeneralName::URI(carried) if *carried == uri)
+        })
+    }
+}
+
+impl ServerCertVerifier for SubjectNameVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let verify = |name: &ServerName<'_>| {
+            self.webpki
+                .verify_server_cert(end_entity, intermediates, name, ocsp_response, now)
+        };
+        // The chain first: a wrong name is the only failure the names below may make good.
+        match verify(server_name) {
+            Ok(verified) if self.names.is_empty() => return Ok(verified),
+            Ok(_) => {}
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => {}
+            Err(error) => return Err(error),
+        }
+        let carried = self.names.iter().any(|name| match name {
+            SubjectName::Dns(dns) => {
+                ServerName::try_from(dns.as_str()).is_ok_and(|dns| verify(&dns).is_ok())
+            }
+            SubjectName::Uri(uri) => Self::carries_uri(end_entity, uri),
+        });
+        match carried {
+            true => Ok(ServerCertVerified::assertion()),
+            false => Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName,
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }
 
 /// `proxy-ssl-verify: "off"`: any certificate is accepted, but the handshake's signatures are

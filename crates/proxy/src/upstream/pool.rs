@@ -44,6 +44,8 @@ pub(crate) struct Connection {
     pub(crate) reused: bool,
     /// Whether it runs over TLS (then requests name the `https` scheme).
     pub(crate) tls: bool,
+    /// The wire identity it was opened with ([`Wire::identity`]).
+    identity: u64,
     /// An HTTP/2 connection's stream count, held until the response ends.
     _stream: Option<StreamSlot>,
 }
@@ -51,6 +53,7 @@ pub(crate) struct Connection {
 struct Idle {
     connection: Http1Connection,
     generation: u64,
+    identity: u64,
     expires: Instant,
 }
 
@@ -75,6 +78,7 @@ struct Shared {
     sender: http2::SendRequest<UpstreamBody>,
     generation: u64,
     tls: bool,
+    identity: u64,
     streams: Arc<AtomicUsize>,
 }
 
@@ -115,8 +119,9 @@ impl ConnectionPool {
     pub(crate) fn checkout(&self, wire: &Wire) -> Option<Connection> {
         let generation = self.generation.load(Ordering::Acquire);
         let tls = wire.is_tls();
+        let identity = wire.identity();
         if wire.may_use_http2() {
-            if let Some(connection) = self.checkout_shared(generation, tls) {
+            if let Some(connection) = self.checkout_shared(generation, wire) {
                 return Some(connection);
             }
         }
@@ -126,7 +131,9 @@ impl ConnectionPool {
         let now = Instant::now();
         let mut lists = self.idle_of(tls).lock().ok()?;
         let idle = lists.of_this_worker();
-        while let Some(mut candidate) = idle.pop() {
+        // Plain connections all share identity 0, so this takes the last one.
+        while let Some(at) = idle.iter().rposition(|idle| idle.identity == identity) {
+            let mut candidate = idle.remove(at);
             let usable = candidate.generation == generation
                 && now < candidate.expires
                 && candidate.connection.is_open();
@@ -136,6 +143,7 @@ impl ConnectionPool {
                     generation,
                     reused: true,
                     tls,
+                    identity,
                     _stream: None,
                 });
             }
@@ -151,13 +159,15 @@ impl ConnectionPool {
         }
     }
 
-    fn checkout_shared(&self, generation: u64, tls: bool) -> Option<Connection> {
+    fn checkout_shared(&self, generation: u64, wire: &Wire) -> Option<Connection> {
+        let (tls, identity) = (wire.is_tls(), wire.identity());
         let mut shared = self.shared.lock().ok()?;
         shared.retain(|connection| {
             connection.generation == generation && !connection.sender.is_closed()
         });
         let connection = shared.iter().find(|connection| {
             connection.tls == tls
+                && connection.identity == identity
                 && connection.streams.load(Ordering::Acquire) < MAX_STREAMS_PER_CONNECTION
         })?;
         Some(Connection {
@@ -165,6 +175,7 @@ impl ConnectionPool {
             generation,
             reused: true,
             tls,
+            identity,
             _stream: Some(StreamSlot::take(&connection.streams)),
         })
     }
@@ -184,7 +195,7 @@ impl ConnectionPool {
                 true => {
                     let turn = self.connecting.lock().await;
                     let generation = self.generation.load(Ordering::Acquire);
-                    if let Some(connection) = self.checkout_shared(generation, wire.is_tls()) {
+                    if let Some(connection) = self.checkout_shared(generation, wire) {
                         return Ok(connection);
                     }
                     Some(turn)
@@ -216,7 +227,7 @@ impl ConnectionPool {
             .await
             .map_err(ProxyError::ConnectFailed)?;
         let _ = stream.set_nodelay(true);
-        let tls = wire.is_tls();
+        let (tls, identity) = (wire.is_tls(), wire.identity());
         let connection = match wire.open(stream, authority).await? {
             Opened::Http1(io) => {
                 if tls {
@@ -227,6 +238,7 @@ impl ConnectionPool {
                     generation,
                     reused: false,
                     tls,
+                    identity,
                     _stream: None,
                 }
             }
@@ -239,6 +251,7 @@ impl ConnectionPool {
                         sender: sender.clone(),
                         generation,
                         tls,
+                        identity,
                         streams,
                     });
                 }
@@ -247,6 +260,7 @@ impl ConnectionPool {
                     generation,
                     reused: false,
                     tls,
+                    identity,
                     _stream: Some(slot),
                 }
             }
@@ -268,6 +282,7 @@ impl ConnectionPool {
                 idle.push(Idle {
                     connection: http1,
                     generation: connection.generation,
+                    identity: connection.identity,
                     expires,
                 });
             }

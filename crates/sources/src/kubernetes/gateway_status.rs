@@ -74,7 +74,10 @@ pub async fn run_gateway_status_writer(
             if !swept {
                 match writer.stale_routes(&wanted).await {
                     Ok(stale) => {
-                        wanted.extend(stale.into_iter().map(|key| (key, no_parents())));
+                        wanted.extend(stale.into_iter().map(|key| {
+                            let empty = no_parents(key.0);
+                            (key, empty)
+                        }));
                         swept = true;
                     }
                     Err(error) => {
@@ -88,7 +91,7 @@ pub async fn run_gateway_status_writer(
                     continue;
                 }
                 match writer.write(&key, &status).await {
-                    Ok(()) if status == no_parents() => {
+                    Ok(()) if status == no_parents(key.0) => {
                         written.remove(&key);
                     }
                     Ok(()) => {
@@ -182,28 +185,59 @@ fn desired(
             json!({"parents": parents}),
         ));
     }
+    for policy in &report.backend_tls_policies {
+        let ancestors: Vec<Value> = policy
+            .ancestors
+            .iter()
+            .map(|a| {
+                json!({
+                    "ancestorRef": a.ancestor_ref,
+                    "controllerName": controller,
+                    "conditions": conditions(&a.conditions),
+                })
+            })
+            .collect();
+        out.push((
+            (
+                "BackendTLSPolicy",
+                policy.namespace.clone(),
+                policy.name.clone(),
+            ),
+            json!({"ancestors": ancestors}),
+        ));
+    }
     out
 }
 
-/// Routes sluice wrote parents for that name none of its Gateways any more: sluice's parent
-/// entries go (other controllers' stay).
+/// Routes (and policies) sluice wrote parents (ancestors) for that name none of its Gateways
+/// any more: sluice's entries go (other controllers' stay).
 fn abandoned_routes(
     written: &HashMap<StatusKey, Value>,
     desired: &[(StatusKey, Value)],
 ) -> Vec<(StatusKey, Value)> {
     written
         .keys()
-        .filter(|key| ROUTE_KINDS.contains(&key.0))
+        .filter(|key| ROUTE_KINDS.contains(&key.0) || key.0 == "BackendTLSPolicy")
         .filter(|key| !desired.iter().any(|(wanted, _)| wanted == *key))
-        .map(|key| (key.clone(), no_parents()))
+        .map(|key| (key.clone(), no_parents(key.0)))
         .collect()
 }
 
 /// The route kinds whose status sluice writes.
 const ROUTE_KINDS: [&str; 5] = ["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"];
 
-fn no_parents() -> Value {
-    json!({"parents": []})
+/// The field of a kind's status that lists its entries per controller: a policy's
+/// `ancestors`, a route's `parents`.
+fn entries_field(kind: &str) -> &'static str {
+    match kind {
+        "BackendTLSPolicy" => "ancestors",
+        _ => "parents",
+    }
+}
+
+/// A status with none of sluice's entries left.
+fn no_parents(kind: &str) -> Value {
+    json!({ entries_field(kind): [] })
 }
 
 fn conditions(conditions: &[Condition]) -> Value {
@@ -293,9 +327,10 @@ impl Writer {
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let mut merged = status.clone();
         stamp(&mut merged, &shown, &now);
+        let field = entries_field(kind);
         if let (Some(parents), Some(shown_parents)) = (
-            merged.get_mut("parents").and_then(Value::as_array_mut),
-            shown.get("parents").and_then(Value::as_array),
+            merged.get_mut(field).and_then(Value::as_array_mut),
+            shown.get(field).and_then(Value::as_array),
         ) {
             let others = shown_parents.iter().filter(|p| {
                 p.get("controllerName").and_then(Value::as_str) != Some(&self.controller)

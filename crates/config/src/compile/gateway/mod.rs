@@ -38,6 +38,7 @@ use crate::gateway::{
 use crate::snapshot::{ObjectKey, Snapshot};
 
 mod backend_tls;
+pub(crate) use backend_tls::BackendTlsPolicies;
 mod frontend;
 mod listeners;
 mod route_rules;
@@ -54,6 +55,8 @@ pub const DEFAULT_GATEWAY_CONTROLLER: &str = "sluice.dev/gateway-controller";
 /// features of the conformance tests docs/gateway-api.md says pass (checked by
 /// `tests/supported_features.rs`), in ascending order as the field requires.
 pub const SUPPORTED_FEATURES: &[&str] = &[
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "Gateway",
@@ -100,6 +103,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
 /// What the Gateway compile reads.
 pub(crate) struct GatewayInputs<'a> {
     pub snapshot: &'a Snapshot,
+    /// The BackendTLSPolicies, resolved once per compile.
+    pub backend_tls: &'a BackendTlsPolicies<'a>,
     /// The `controllerName` of the classes served.
     pub controller: &'a str,
     /// Where listeners of a Gateway without `spec.addresses` are bound.
@@ -156,7 +161,7 @@ pub(crate) fn compile_gateways(
         })
         .collect();
     let mut sinks = sinks;
-    backend_tls::report_unsupported(snapshot, sinks.diagnostics);
+    inputs.backend_tls.report(sinks.diagnostics);
     let mut plans = plan_listeners(&mut gateways, inputs, &mut sinks);
     for plan in plans.iter().filter(|plan| plan.programmed()) {
         let Some(protocol) = plan.protocol else {
@@ -179,7 +184,8 @@ pub(crate) fn compile_gateways(
             );
         }
     }
-    for (rank, route) in route_inputs(snapshot).iter().enumerate() {
+    let routes = route_inputs(snapshot);
+    for (rank, route) in routes.iter().enumerate() {
         let parents = attach_route(route, rank, (&gateways, &mut plans), inputs, &mut sinks);
         if !parents.is_empty() {
             report.routes.push(RouteStatus {
@@ -191,6 +197,11 @@ pub(crate) fn compile_gateways(
             });
         }
     }
+    report.backend_tls_policies = inputs.backend_tls.statuses(
+        (&routes, &report.routes),
+        inputs.services,
+        inputs.controller,
+    );
     report.gateways = gateways
         .iter()
         .enumerate()

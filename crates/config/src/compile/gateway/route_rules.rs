@@ -164,14 +164,41 @@ pub(super) fn backend_choice(
         name: &target.name,
     };
     let mut policy = route_policy(&side, &resolved, service_name, sinks.diagnostics);
-    if let Some(why) = target
-        .port
-        .and_then(|port| super::backend_tls::refusal(inputs, (namespace, &target.name, port)))
-    {
-        policy = Arc::new(RoutePolicy {
-            refused: Some(why),
-            ..RoutePolicy::clone(&policy)
-        });
+    let backend_tls = target.port.and_then(|port| {
+        let service = (namespace, target.name.as_str(), port);
+        inputs.backend_tls.for_backend(inputs.services, service)
+    });
+    match backend_tls {
+        None => {
+            if matches!(&policy.upstream, UpstreamProtocol::Tls(tls) if tls.verify_roots.is_none())
+            {
+                sinks.diagnostics.info(
+                    &reference.route.object(),
+                    format!("spec.rules[{rule}].backendRefs[{backend}]"),
+                    format!("the pods of Service {namespace}/{} are spoken to over TLS (the port's appProtocol) without verifying their certificates; a BackendTLSPolicy targeting the Service verifies them", target.name),
+                );
+            }
+        }
+        Some(Ok(_)) if reference.route.kind == "UDPRoute" => {
+            let why = format!("a BackendTLSPolicy asks for TLS to Service {namespace}/{}, which a UDPRoute cannot carry", target.name);
+            policy = Arc::new(RoutePolicy {
+                refused: Some(why),
+                ..RoutePolicy::clone(&policy)
+            });
+        }
+        Some(Ok(mut tls)) => {
+            tls.http2_only = reference.route.kind == "GRPCRoute";
+            policy = Arc::new(RoutePolicy {
+                upstream: UpstreamProtocol::Tls(tls),
+                ..RoutePolicy::clone(&policy)
+            });
+        }
+        Some(Err(why)) => {
+            policy = Arc::new(RoutePolicy {
+                refused: Some(why),
+                ..RoutePolicy::clone(&policy)
+            });
+        }
     }
     if reference.route.kind == "GRPCRoute" && policy.upstream == UpstreamProtocol::Http1 {
         // gRPC needs HTTP/2; a Service port that says nothing is spoken to in h2c.
