@@ -3,6 +3,7 @@
 //! A policy is plain data compiled from annotations. It belongs to a route, not to a backend,
 //! because two Ingresses may send to the same Service port with different settings.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
@@ -543,6 +544,10 @@ pub struct UpstreamTls {
     pub subject_alt_names: Vec<SubjectName>,
     /// Where the CAs come from, for diagnostics and the admin API (`ConfigMap ns/name`).
     pub ca_sources: Vec<String>,
+    /// The certificate presented to endpoints that ask for one (a Gateway's
+    /// `spec.tls.backend.clientCertificateRef`), shown by its Secret.
+    #[serde(serialize_with = "serialize_client_certificate")]
+    pub client_certificate: Option<Arc<crate::Certificate>>,
     /// The data plane's TLS client configuration, built once and attached.
     #[serde(skip)]
     pub client: Attached,
@@ -604,6 +609,16 @@ impl std::fmt::Display for HashKey {
             Self::Path => f.write_str("$uri"),
             Self::Host => f.write_str("$host"),
         }
+    }
+}
+
+fn serialize_client_certificate<S: serde::Serializer>(
+    certificate: &Option<Arc<crate::Certificate>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match certificate {
+        Some(certificate) => serializer.serialize_some(&*certificate.source),
+        None => serializer.serialize_none(),
     }
 }
 

@@ -41,6 +41,8 @@ impl PartialEq for Certificate {
     }
 }
 
+impl Eq for Certificate {}
+
 impl fmt::Debug for Certificate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Certificate")

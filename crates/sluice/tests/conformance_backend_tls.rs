@@ -617,3 +617,176 @@ async fn sluice_check_shows_every_policy_under_its_gateway() {
         "{check}"
     );
 }
+
+/// The `tls-backend-with-client-cert-validation` pod: like [`tls_backend`], but it requires a
+/// client certificate signed by `client_ca` and says whether it was `expected`'s.
+async fn mtls_backend(
+    ip: IpAddr,
+    issued: &sluice_testkit::IssuedPem,
+    client_ca: &TestCa,
+    expected: &sluice_testkit::IssuedPem,
+) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(client_ca.cert_pem().as_bytes()).unwrap())
+        .unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(issued.cert.as_bytes())
+            .map(Result::unwrap)
+            .collect();
+    let key = PrivateKeyDer::from_pem_slice(issued.key.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .unwrap();
+    let expected = CertificateDer::from_pem_slice(expected.cert.as_bytes()).unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, expected) = (acceptor.clone(), expected.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let presented = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+                let client = match presented == Some(&expected) {
+                    true => "the gateway's",
+                    false => "another",
+                };
+                let service = service_fn(move |_: http::Request<hyper::body::Incoming>| {
+                    let body = format!("client certificate: {client}\n");
+                    async move { Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(body)))) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_backend_client_certificate_is_presented_to_a_pod_that_requires_one() {
+    let checks_ca = TestCa::new("tls-checks-ca").unwrap();
+    let backend_cert = checks_ca.server(&["abc.example.com"]).unwrap();
+    let client_cert = checks_ca.client("tls-checks-client").unwrap();
+    let pod = mtls_backend(pod_ip(231), &backend_cert, &checks_ca, &client_cert).await;
+    let (with_cert, broken) = (free_port(), free_port());
+    let ip = gateway_ip();
+    let gateway = |name: &str, port: u16, secret: &str| {
+        format!("apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  gatewayClassName: sluice\n  addresses: [{{type: IPAddress, value: \"{ip}\"}}]\n  listeners: [{{name: http, port: {port}, protocol: HTTP, allowedRoutes: {{namespaces: {{from: Same}}}}}}]\n  tls:\n    backend:\n      clientCertificateRef: {{group: \"\", kind: Secret, name: {secret}}}\n")
+    };
+    let route = |name: &str, parent: &str| {
+        format!("apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  parentRefs: [{{name: {parent}, namespace: {INFRA}}}]\n  hostnames: [abc.example.com]\n  rules:\n  - backendRefs: [{{group: \"\", kind: Service, name: tls-backend-with-client-cert-validation, port: 443}}]\n    matches: [{{path: {{type: Exact, value: /}}}}]\n")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_manifest(
+        dir.path(),
+        "conformance.yaml",
+        &[
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: sluice}\nspec: {controllerName: sluice.dev/gateway-controller}\n".to_owned(),
+            gateway("gateway-tls-backend-client-certificate", with_cert, "tls-checks-client-certificate"),
+            // The same route on a Gateway whose reference does not resolve: no certificate.
+            gateway("gateway-client-certificate-nonexistent-secret", broken, "nonexistent-certificate"),
+            client_cert.secret_yaml(INFRA, "tls-checks-client-certificate", None),
+            route("gateway-tls-backend-client-certificate", "gateway-tls-backend-client-certificate"),
+            route("without-client-certificate", "gateway-client-certificate-nonexistent-secret"),
+            service("tls-backend-with-client-cert-validation", &[("https", 443, None)], pod),
+            policy(
+                "gateway-tls-backend-client-certificate-test",
+                ("tls-backend-with-client-cert-validation", None),
+                CHECKS_CA,
+                "abc.example.com",
+                &[],
+            ),
+            ca_config_map("tls-checks-ca-certificate", &checks_ca.cert_pem()),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    wait_for_socket(SocketAddr::new(ip, with_cert)).await;
+    wait_for_socket(SocketAddr::new(ip, broken)).await;
+    let report: Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let gateway_conditions = |name: &str| {
+        let gateway = report["gateways"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == name)
+            .unwrap();
+        gateway["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["type"].as_str().unwrap().to_owned(),
+                    c["status"].as_str().unwrap().to_owned(),
+                    c["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        gateway_conditions("gateway-tls-backend-client-certificate").contains(&triple(
+            "ResolvedRefs",
+            "True",
+            "ResolvedRefs"
+        ))
+    );
+    let broken_conditions = gateway_conditions("gateway-client-certificate-nonexistent-secret");
+    assert!(
+        broken_conditions.contains(&triple(
+            "ResolvedRefs",
+            "False",
+            "InvalidClientCertificateRef"
+        )),
+        "{broken_conditions:?}"
+    );
+    assert!(
+        broken_conditions.contains(&triple("Accepted", "True", "Accepted")),
+        "{broken_conditions:?}"
+    );
+    assert_eq!(
+        policy_conditions(
+            &report,
+            "gateway-tls-backend-client-certificate-test",
+            "gateway-tls-backend-client-certificate"
+        )[0],
+        triple("Accepted", "True", "Accepted")
+    );
+
+    let client = http_client();
+    let reply = get(
+        &client,
+        &format!("http://{ip}:{with_cert}/"),
+        "abc.example.com",
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.body, "client certificate: the gateway's\n");
+    // Without the Gateway's certificate the pod refuses the handshake: an error, not a bypass.
+    let reply = get(
+        &client,
+        &format!("http://{ip}:{broken}/"),
+        "abc.example.com",
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status, 503, "{reply:?}");
+}

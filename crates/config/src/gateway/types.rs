@@ -144,6 +144,17 @@ pub struct GatewaySpec {
 pub struct GatewayTls {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frontend: Option<FrontendTls>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendTls>,
+}
+
+/// `spec.tls.backend`: what the Gateway presents to backends it speaks TLS to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTls {
+    /// A `kubernetes.io/tls` Secret whose certificate is presented to backends that ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate_ref: Option<ObjectReference>,
 }
 
 /// `spec.tls.frontend`: how clients' certificates are validated, by default and per port.

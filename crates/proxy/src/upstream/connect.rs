@@ -246,7 +246,32 @@ fn settings_hash(tls: &UpstreamTls) -> u64 {
             .for_each(|root| root.as_ref().hash(&mut hasher)),
         None => "no verification".hash(&mut hasher),
     }
+    if let Some(certificate) = &tls.client_certificate {
+        certificate
+            .key
+            .cert
+            .iter()
+            .for_each(|cert| cert.as_ref().hash(&mut hasher));
+    }
     hasher.finish()
+}
+
+/// A Gateway's backend client certificate, presented whenever an endpoint asks for one.
+#[derive(Debug)]
+struct PresentCertificate(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for PresentCertificate {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 fn build_client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, rustls::Error> {
@@ -273,10 +298,15 @@ fn build_client_config(tls: &UpstreamTls) -> Result<Arc<ClientConfig>, rustls::E
         }
         None => Arc::new(AcceptAnyCertificate(provider)),
     };
-    let mut config = builder
+    let builder = builder
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(verifier);
+    let mut config = match &tls.client_certificate {
+        Some(certificate) => {
+            builder.with_client_cert_resolver(Arc::new(PresentCertificate(certificate.key.clone())))
+        }
+        None => builder.with_no_client_auth(),
+    };
     config.alpn_protocols = match tls.http2_only {
         true => vec![b"h2".to_vec()],
         false => vec![b"h2".to_vec(), b"http/1.1".to_vec()],

@@ -410,3 +410,80 @@ fn ca_certificates(
         ("InvalidCACertificateRef", message)
     })
 }
+
+/// Resolves a Gateway's `spec.tls.backend.clientCertificateRef`, when it has one: the
+/// certificate it presents to backends, and its `ResolvedRefs` condition (reason
+/// `InvalidClientCertificateRef` or `RefNotPermitted` when it does not resolve; the Gateway
+/// stays accepted, and backends that require a certificate refuse its connections).
+pub(super) fn resolve_backend_client(
+    served: &mut ServedGateway<'_>,
+    snapshot: &Snapshot,
+    sinks: &mut GatewaySinks<'_, '_>,
+) {
+    let reference = served
+        .gateway
+        .spec
+        .tls
+        .as_ref()
+        .and_then(|tls| tls.backend.as_ref())
+        .and_then(|backend| backend.client_certificate_ref.as_ref());
+    let Some(reference) = reference else {
+        return;
+    };
+    let condition = match client_certificate(reference, (snapshot, served.key), sinks.tls) {
+        Ok(certificate) => {
+            served.backend_client = Some(certificate);
+            let message = "the backend client certificate resolves";
+            Condition::new("ResolvedRefs", true, "ResolvedRefs", message)
+        }
+        Err((reason, message)) => {
+            let object = ObjectRef::new("Gateway", Some(&served.key.namespace), &served.key.name);
+            let field = "spec.tls.backend.clientCertificateRef";
+            let warning = format!("{message}; no certificate is presented to backends");
+            sinks.diagnostics.error(&object, field, warning);
+            Condition::new("ResolvedRefs", false, reason, message)
+        }
+    };
+    served.conditions.push(condition);
+}
+
+/// The certificate of a `clientCertificateRef`: a Secret, in another namespace only with a
+/// ReferenceGrant; or the `ResolvedRefs` reason and message.
+fn client_certificate(
+    reference: &ObjectReference,
+    (snapshot, gateway): (&Snapshot, &ObjectKey),
+    tls: &mut TlsMerge<'_>,
+) -> Result<Arc<Certificate>, (&'static str, String)> {
+    let group = reference.group.as_deref().unwrap_or("");
+    let kind = reference.kind.as_deref().unwrap_or("Secret");
+    if !group.is_empty() || kind != "Secret" {
+        let group = match group {
+            "" => String::new(),
+            group => format!(".{group}"),
+        };
+        let message = format!(
+            "clientCertificateRef names {kind}{group} {}; a Secret is needed",
+            reference.name
+        );
+        return Err(("InvalidClientCertificateRef", message));
+    }
+    let namespace = reference.namespace.as_deref().unwrap_or(&gateway.namespace);
+    let from = GrantFrom {
+        kind: "Gateway",
+        namespace: &gateway.namespace,
+    };
+    if namespace != gateway.namespace
+        && !granted(snapshot, from, ("Secret", namespace, &reference.name))
+    {
+        let message = format!(
+            "no ReferenceGrant in {namespace} lets Gateways of {} use Secret {}",
+            gateway.namespace, reference.name
+        );
+        return Err(("RefNotPermitted", message));
+    }
+    let key = ObjectKey::new(namespace, &reference.name);
+    tls.listener_certificate(&key).map_err(|problem| {
+        let message = format!("Secret {namespace}/{}: {problem}", reference.name);
+        ("InvalidClientCertificateRef", message)
+    })
+}

@@ -60,6 +60,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "Gateway",
+    "GatewayBackendClientCertificate",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
@@ -126,6 +127,8 @@ struct ServedGateway<'a> {
     key: &'a ObjectKey,
     gateway: &'a Gateway,
     conditions: Vec<Condition>,
+    /// What it presents to backends that ask for a client certificate.
+    backend_client: Option<Arc<Certificate>>,
 }
 
 /// Compiles every served Gateway API object; returns their status.
@@ -158,11 +161,15 @@ pub(crate) fn compile_gateways(
             key,
             gateway,
             conditions: Vec::new(),
+            backend_client: None,
         })
         .collect();
     let mut sinks = sinks;
     inputs.backend_tls.report(sinks.diagnostics);
     let mut plans = plan_listeners(&mut gateways, inputs, &mut sinks);
+    for served in &mut gateways {
+        backend_tls::resolve_backend_client(served, snapshot, &mut sinks);
+    }
     for plan in plans.iter().filter(|plan| plan.programmed()) {
         let Some(protocol) = plan.protocol else {
             continue;

@@ -4,7 +4,7 @@ use super::*;
 /// Compiles every rule of a route: matches, filters and backendRefs.
 pub(super) fn compile_rules(
     route: &RouteInput<'_>,
-    rank: usize,
+    (rank, backend_client): (usize, Option<Arc<Certificate>>),
     inputs: &GatewayInputs<'_>,
     sinks: &mut GatewaySinks<'_, '_>,
 ) -> CompiledRules {
@@ -51,6 +51,7 @@ pub(super) fn compile_rules(
                 route: route.name,
                 backend_ref,
                 field: (index, position),
+                backend_client: backend_client.as_ref(),
             };
             let own = policy_of(
                 own,
@@ -121,6 +122,8 @@ pub(super) struct RouteBackend<'a> {
     pub(super) backend_ref: &'a HttpBackendRef,
     /// Rule and backendRef index.
     pub(super) field: (usize, usize),
+    /// What its Gateway presents to backends that ask for a client certificate.
+    pub(super) backend_client: Option<&'a Arc<Certificate>>,
 }
 
 /// The weighted backend a backendRef resolves to; an invalid one keeps its weight and answers
@@ -188,6 +191,7 @@ pub(super) fn backend_choice(
         }
         Some(Ok(mut tls)) => {
             tls.http2_only = reference.route.kind == "GRPCRoute";
+            tls.client_certificate = reference.backend_client.cloned();
             policy = Arc::new(RoutePolicy {
                 upstream: UpstreamProtocol::Tls(tls),
                 ..RoutePolicy::clone(&policy)

@@ -119,7 +119,10 @@ pub(super) fn attach_route(
             ));
             continue;
         };
-        let rules = compiled.get_or_insert_with(|| compile_rules(route, rank, inputs, sinks));
+        let rules = compiled.get_or_insert_with(|| {
+            let backend_client = backend_client(route, gateways, sinks.diagnostics);
+            compile_rules(route, (rank, backend_client), inputs, sinks)
+        });
         let attachment = attach(
             parent,
             route.name,
@@ -177,6 +180,28 @@ pub(super) fn attach_route(
         plans[plan_index].attached += 1;
     }
     parents
+}
+
+/// The certificate a route's TLS backends are shown: its Gateways' backend client
+/// certificate. Rules are compiled once per route, so when its Gateways present different
+/// ones the first Gateway's is used, with a warning.
+fn backend_client(
+    route: &RouteInput<'_>,
+    gateways: &[ServedGateway<'_>],
+    diagnostics: &mut Diagnostics,
+) -> Option<Arc<Certificate>> {
+    let mut certificates = route
+        .spec
+        .parent_refs
+        .iter()
+        .filter_map(|parent| parent_gateway(parent, route.name.key, gateways))
+        .map(|index| gateways[index].backend_client.clone());
+    let first = certificates.next()?;
+    if certificates.any(|other| other != first) {
+        let message = "its Gateways present different backend client certificates; the first parent's is used for every one";
+        diagnostics.warning(&route.name.object(), "spec.parentRefs", message);
+    }
+    first
 }
 
 /// Why a parentRef names no Gateway sluice serves: another kind, a Gateway that does not
