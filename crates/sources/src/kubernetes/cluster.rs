@@ -246,6 +246,10 @@ impl ClusterState {
             "Gateway" => snapshot.gateways.remove(key).is_some(),
             "HTTPRoute" => snapshot.http_routes.remove(key).is_some(),
             "GRPCRoute" => snapshot.grpc_routes.remove(key).is_some(),
+            "TLSRoute" => snapshot.tls_routes.remove(key).is_some(),
+            "TCPRoute" => snapshot.tcp_routes.remove(key).is_some(),
+            "UDPRoute" => snapshot.udp_routes.remove(key).is_some(),
+            "BackendTLSPolicy" => snapshot.backend_tls_policies.remove(key).is_some(),
             "ReferenceGrant" => snapshot.reference_grants.remove(key).is_some(),
             kind if kind.starts_with("Middleware") => snapshot.middlewares.remove(key).is_some(),
             _ => false,
@@ -303,6 +307,10 @@ impl ClusterState {
             "Gateway" => Box::new(snapshot.gateways.keys().cloned()),
             "HTTPRoute" => Box::new(snapshot.http_routes.keys().cloned()),
             "GRPCRoute" => Box::new(snapshot.grpc_routes.keys().cloned()),
+            "TLSRoute" => Box::new(snapshot.tls_routes.keys().cloned()),
+            "TCPRoute" => Box::new(snapshot.tcp_routes.keys().cloned()),
+            "UDPRoute" => Box::new(snapshot.udp_routes.keys().cloned()),
+            "BackendTLSPolicy" => Box::new(snapshot.backend_tls_policies.keys().cloned()),
             "ReferenceGrant" => Box::new(snapshot.reference_grants.keys().cloned()),
             kind if kind.starts_with("Middleware") => {
                 // One watch per group: each removes only what its own group listed.
@@ -624,5 +632,51 @@ mod tests {
         assert_eq!(left, ["b"]);
         assert!(state.apply(event(0, Event::Delete(route))).recompile);
         assert!(state.snapshot().http_routes.is_empty());
+    }
+
+    #[test]
+    fn every_gateway_api_kind_leaves_on_delete_and_on_a_relist_without_it() {
+        let kinds = ["TLSRoute", "TCPRoute", "UDPRoute", "BackendTLSPolicy"];
+        let scopes = kinds
+            .iter()
+            .map(|kind| WatchScope {
+                kind,
+                namespace: None,
+            })
+            .collect();
+        let mut state = ClusterState::new(scopes);
+        let of = |kind: &str, name: &str| {
+            object(&format!("apiVersion: gateway.networking.k8s.io/v1\nkind: {kind}\nmetadata: {{name: {name}, namespace: shop}}\nspec: {{}}\n"))
+        };
+        for (watch, kind) in kinds.iter().enumerate() {
+            list(
+                &mut state,
+                watch,
+                vec![of(kind, "deleted"), of(kind, "relisted")],
+            );
+        }
+        let count = |state: &ClusterState| {
+            let snapshot = state.snapshot();
+            [
+                snapshot.tls_routes.len(),
+                snapshot.tcp_routes.len(),
+                snapshot.udp_routes.len(),
+                snapshot.backend_tls_policies.len(),
+            ]
+        };
+        assert_eq!(count(&state), [2, 2, 2, 2]);
+        for (watch, kind) in kinds.iter().enumerate() {
+            assert!(
+                state
+                    .apply(event(watch, Event::Delete(of(kind, "deleted"))))
+                    .recompile,
+                "{kind}"
+            );
+        }
+        assert_eq!(count(&state), [1, 1, 1, 1]);
+        for watch in 0..kinds.len() {
+            list(&mut state, watch, vec![]);
+        }
+        assert_eq!(count(&state), [0, 0, 0, 0]);
     }
 }
