@@ -111,7 +111,7 @@ fn parse_object(value: Value) -> Result<Document, String> {
         "Service" | "Secret" | "ConfigMap" | "Namespace" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
         "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute"
-        | "UDPRoute" | "BackendTLSPolicy" | "ReferenceGrant" => {
+        | "UDPRoute" | "BackendTLSPolicy" | "ListenerSet" | "ReferenceGrant" => {
             return gateway_object(value, &api_version, &kind);
         }
         "Middleware" if is_traefik(&api_version) => {
@@ -182,6 +182,7 @@ fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Documen
         "TCPRoute" => KubeObject::TcpRoute(typed(value)?),
         "UDPRoute" => KubeObject::UdpRoute(typed(value)?),
         "BackendTLSPolicy" => KubeObject::BackendTlsPolicy(typed(value)?),
+        "ListenerSet" => KubeObject::ListenerSet(typed(value)?),
         _ => KubeObject::ReferenceGrant(typed(value)?),
     };
     named(object)

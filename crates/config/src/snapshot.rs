@@ -8,8 +8,8 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gateway::{
-    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute,
-    TlsRoute, UdpRoute,
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant,
+    TcpRoute, TlsRoute, UdpRoute,
 };
 use crate::traefik::Middleware;
 
@@ -61,6 +61,7 @@ pub enum KubeObject {
     TcpRoute(TcpRoute),
     UdpRoute(UdpRoute),
     BackendTlsPolicy(BackendTlsPolicy),
+    ListenerSet(ListenerSet),
     ReferenceGrant(ReferenceGrant),
     /// Read for its labels, which Gateway listeners select route namespaces by.
     Namespace(Namespace),
@@ -85,6 +86,7 @@ impl KubeObject {
             Self::TcpRoute(_) => "TCPRoute",
             Self::UdpRoute(_) => "UDPRoute",
             Self::BackendTlsPolicy(_) => "BackendTLSPolicy",
+            Self::ListenerSet(_) => "ListenerSet",
             Self::ReferenceGrant(_) => "ReferenceGrant",
             Self::Namespace(_) => "Namespace",
             Self::Middleware(_) => "Middleware",
@@ -107,6 +109,7 @@ impl KubeObject {
             Self::TcpRoute(o) => &o.metadata,
             Self::UdpRoute(o) => &o.metadata,
             Self::BackendTlsPolicy(o) => &o.metadata,
+            Self::ListenerSet(o) => &o.metadata,
             Self::ReferenceGrant(o) => &o.metadata,
             Self::Namespace(o) => &o.metadata,
             Self::Middleware(o) => &o.metadata,
@@ -129,6 +132,7 @@ impl KubeObject {
             Self::TcpRoute(o) => &mut o.metadata,
             Self::UdpRoute(o) => &mut o.metadata,
             Self::BackendTlsPolicy(o) => &mut o.metadata,
+            Self::ListenerSet(o) => &mut o.metadata,
             Self::ReferenceGrant(o) => &mut o.metadata,
             Self::Namespace(o) => &mut o.metadata,
             Self::Middleware(o) => &mut o.metadata,
@@ -157,6 +161,8 @@ pub struct Snapshot {
     pub tcp_routes: BTreeMap<ObjectKey, TcpRoute>,
     pub udp_routes: BTreeMap<ObjectKey, UdpRoute>,
     pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
+    /// ListenerSets: listeners added to a Gateway that allows them.
+    pub listener_sets: BTreeMap<ObjectKey, ListenerSet>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Namespace is cluster-scoped: keyed by name alone. Only Gateway listeners read it.
     pub namespaces: BTreeMap<String, Namespace>,
@@ -210,6 +216,9 @@ impl Snapshot {
             }
             KubeObject::BackendTlsPolicy(o) => {
                 self.backend_tls_policies.insert(key, o);
+            }
+            KubeObject::ListenerSet(o) => {
+                self.listener_sets.insert(key, o);
             }
             KubeObject::ReferenceGrant(o) => {
                 self.reference_grants.insert(key, o);
@@ -269,6 +278,9 @@ impl Snapshot {
             KubeObject::BackendTlsPolicy(_) => {
                 self.backend_tls_policies.remove(&key);
             }
+            KubeObject::ListenerSet(_) => {
+                self.listener_sets.remove(&key);
+            }
             KubeObject::ReferenceGrant(_) => {
                 self.reference_grants.remove(&key);
             }
@@ -301,6 +313,7 @@ impl Snapshot {
             KubeObject::BackendTlsPolicy(_) => {
                 self.backend_tls_policies.get(&key).map(|o| &o.metadata)
             }
+            KubeObject::ListenerSet(_) => self.listener_sets.get(&key).map(|o| &o.metadata),
             KubeObject::ReferenceGrant(_) => self.reference_grants.get(&key).map(|o| &o.metadata),
             KubeObject::Namespace(_) => self.namespaces.get(&key.name).map(|o| &o.metadata),
             KubeObject::Middleware(_) => self.middlewares.get(&key).map(|o| &o.metadata),
@@ -325,6 +338,7 @@ impl Snapshot {
             KubeObject::TcpRoute(o) => self.tcp_routes.get(&key) == Some(o),
             KubeObject::UdpRoute(o) => self.udp_routes.get(&key) == Some(o),
             KubeObject::BackendTlsPolicy(o) => self.backend_tls_policies.get(&key) == Some(o),
+            KubeObject::ListenerSet(o) => self.listener_sets.get(&key) == Some(o),
             KubeObject::ReferenceGrant(o) => self.reference_grants.get(&key) == Some(o),
             KubeObject::Namespace(o) => self.namespaces.get(&key.name) == Some(o),
             KubeObject::Middleware(o) => self.middlewares.get(&key) == Some(o),

@@ -1177,3 +1177,76 @@ async fn a_backend_tls_policy_gets_its_ancestor_status_and_keeps_other_controlle
     assert_eq!(pods[0].requests(), 0);
     drop(sluice);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_set_through_the_api_serves_on_its_gateway_and_gets_its_status() {
+    let pods = pods(&["lset-1"], 176).await;
+    let cluster = Cluster::start().await;
+    cluster.apply(service("web"));
+    cluster.apply(slice("web", "web-a", &[&pods[0]]));
+    let port = support::free_port();
+    let [class, mut gateway] = gateway_objects(port);
+    gateway["spec"]["allowedListeners"] = json!({"namespaces": {"from": "Same"}});
+    cluster.apply(class);
+    cluster.apply(gateway);
+    cluster.apply(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+        "metadata": {"name": "team-a", "namespace": "shop"},
+        "spec": {"parentRef": {"name": "gw"},
+                 "listeners": [{"name": "team-a", "port": port, "protocol": "HTTP", "hostname": "team-a.shop.test"}]}
+    }));
+    cluster.apply(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "team-a", "namespace": "shop"},
+        "spec": {"parentRefs": [{"kind": "ListenerSet", "name": "team-a"}],
+                 "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}
+    }));
+    let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &["--namespace", "shop"]).await;
+    let url = format!("http://127.0.3.20:{port}/");
+    let client = http_client();
+    wait_until(
+        "the ListenerSet's route to serve",
+        Duration::from_secs(10),
+        || async {
+            get(&client, &url, "team-a.shop.test")
+                .await
+                .is_ok_and(|r| r.body == "lset-1\n")
+        },
+    )
+    .await;
+    wait_until(
+        "the ListenerSet's status",
+        Duration::from_secs(10),
+        || async {
+            let set = cluster.api.get("ListenerSet", "shop", "team-a").unwrap();
+            set["status"]["listeners"][0]["attachedRoutes"] == 1
+        },
+    )
+    .await;
+    let set = cluster.api.get("ListenerSet", "shop", "team-a").unwrap();
+    let accepted = (
+        "Accepted".to_owned(),
+        "True".to_owned(),
+        "Accepted".to_owned(),
+    );
+    assert_eq!(
+        conditions(&set["status"]["conditions"])[0],
+        accepted,
+        "{set}"
+    );
+    assert_eq!(
+        set["status"]["conditions"][0]["observedGeneration"],
+        set["metadata"]["generation"]
+    );
+    let gateway = cluster.api.get("Gateway", "shop", "gw").unwrap();
+    assert_eq!(gateway["status"]["attachedListenerSets"], 1, "{gateway}");
+    let route = cluster.api.get("HTTPRoute", "shop", "team-a").unwrap();
+    assert_eq!(
+        route["status"]["parents"][0]["parentRef"]["kind"], "ListenerSet",
+        "{route}"
+    );
+    // The Gateway's own hostname-less listener does not take the ListenerSet's route.
+    let reply = get(&client, &url, "other.shop.test").await.unwrap();
+    assert_eq!(reply.status, 404, "{reply:?}");
+    drop(sluice);
+}

@@ -304,6 +304,16 @@ pub const RESOURCES: &[ResourceType] = &[
     },
     ResourceType {
         group: "gateway.networking.k8s.io",
+        version: "v1",
+        plural: "listenersets",
+        singular: "listenerset",
+        kind: "ListenerSet",
+        namespaced: true,
+        status_subresource: true,
+        short_names: &["lset"],
+    },
+    ResourceType {
+        group: "gateway.networking.k8s.io",
         version: "v1beta1",
         plural: "referencegrants",
         singular: "referencegrant",

@@ -62,6 +62,9 @@ pub struct GatewayReport {
     /// Every BackendTLSPolicy, with an ancestor per Gateway whose routes reach its Services.
     #[serde(default, rename = "backendTLSPolicies")]
     pub backend_tls_policies: Vec<PolicyStatus>,
+    /// Every ListenerSet whose parent is a served Gateway.
+    #[serde(default)]
+    pub listener_sets: Vec<ListenerSetStatus>,
 }
 
 impl GatewayReport {
@@ -131,6 +134,25 @@ pub struct GatewayStatus {
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+    pub conditions: Vec<Condition>,
+    pub listeners: Vec<ListenerStatus>,
+    /// The ListenerSets attached to it (selected by `allowedListeners` and accepted).
+    #[serde(default)]
+    pub attached_listener_sets: u32,
+}
+
+/// A ListenerSet's status: its own conditions and one entry per listener.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSetStatus {
+    /// `ListenerSet`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// The parent Gateway, `namespace/name`.
+    pub gateway: String,
     pub conditions: Vec<Condition>,
     pub listeners: Vec<ListenerStatus>,
 }
@@ -245,6 +267,26 @@ impl std::fmt::Display for GatewayReport {
                 )?;
             }
         }
+        for set in &self.listener_sets {
+            let conditions = conditions_text(&set.conditions);
+            writeln!(
+                f,
+                "ListenerSet {}/{} on Gateway {}: {conditions}",
+                set.namespace, set.name, set.gateway
+            )?;
+            for listener in &set.listeners {
+                let sockets: Vec<String> =
+                    listener.sockets.iter().map(ToString::to_string).collect();
+                writeln!(
+                    f,
+                    "  listener {} on {}: {} attached route(s); {}",
+                    listener.name,
+                    sockets.join(", "),
+                    listener.attached_routes,
+                    conditions_text(&listener.conditions)
+                )?;
+            }
+        }
         for route in &self.routes {
             for parent in &route.parents {
                 let reference = &parent.parent_ref;
@@ -255,10 +297,11 @@ impl std::fmt::Display for GatewayReport {
                     .unwrap_or_default();
                 writeln!(
                     f,
-                    "{} {}/{} on Gateway {}/{}{section}: {}",
+                    "{} {}/{} on {} {}/{}{section}: {}",
                     route.kind,
                     route.namespace,
                     route.name,
+                    reference.kind.as_deref().unwrap_or("Gateway"),
                     reference.namespace.as_deref().unwrap_or(&route.namespace),
                     reference.name,
                     conditions_text(&parent.conditions)
@@ -297,5 +340,6 @@ impl GatewayReport {
             && self.gateways.is_empty()
             && self.routes.is_empty()
             && self.backend_tls_policies.is_empty()
+            && self.listener_sets.is_empty()
     }
 }

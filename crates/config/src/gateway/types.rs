@@ -90,6 +90,42 @@ pub struct PolicyTargetReference {
     pub section_name: Option<String>,
 }
 
+/// ListenerSet: listeners an application team adds to a Gateway that allows them.
+pub type ListenerSet = GatewayObject<ListenerSetSpec>;
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSetSpec {
+    pub parent_ref: ParentGatewayReference,
+    /// Listener entries: a Gateway listener's fields.
+    #[serde(default)]
+    pub listeners: Vec<Listener>,
+}
+
+/// A ListenerSet's parent: a Gateway (group and kind default to the Gateway's), in the
+/// ListenerSet's namespace unless another is named.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentGatewayReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// `spec.allowedListeners` of a Gateway: which namespaces' ListenerSets may attach (none by
+/// default).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedListeners {
+    /// `from`: `None` (the default), `Same`, `All` or `Selector`, and the selector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<RouteNamespaces>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayClassSpec {
@@ -136,6 +172,8 @@ pub struct GatewaySpec {
     /// `spec.tls`: the client-certificate validation of the Gateway's TLS listeners.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<GatewayTls>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_listeners: Option<AllowedListeners>,
 }
 
 /// `spec.tls` of a Gateway.

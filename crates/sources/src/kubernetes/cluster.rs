@@ -250,6 +250,7 @@ impl ClusterState {
             "TCPRoute" => snapshot.tcp_routes.remove(key).is_some(),
             "UDPRoute" => snapshot.udp_routes.remove(key).is_some(),
             "BackendTLSPolicy" => snapshot.backend_tls_policies.remove(key).is_some(),
+            "ListenerSet" => snapshot.listener_sets.remove(key).is_some(),
             "ReferenceGrant" => snapshot.reference_grants.remove(key).is_some(),
             kind if kind.starts_with("Middleware") => snapshot.middlewares.remove(key).is_some(),
             _ => false,
@@ -311,6 +312,7 @@ impl ClusterState {
             "TCPRoute" => Box::new(snapshot.tcp_routes.keys().cloned()),
             "UDPRoute" => Box::new(snapshot.udp_routes.keys().cloned()),
             "BackendTLSPolicy" => Box::new(snapshot.backend_tls_policies.keys().cloned()),
+            "ListenerSet" => Box::new(snapshot.listener_sets.keys().cloned()),
             "ReferenceGrant" => Box::new(snapshot.reference_grants.keys().cloned()),
             kind if kind.starts_with("Middleware") => {
                 // One watch per group: each removes only what its own group listed.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
-use sluice_config::gateway::status::{Condition, GatewayReport};
+use sluice_config::gateway::status::{Condition, GatewayReport, ListenerStatus};
 use tokio::sync::watch;
 
 use super::watch::ServedResource;
@@ -137,18 +137,7 @@ fn desired(
         out.push((("GatewayClass", String::new(), class.name.clone()), status));
     }
     for gateway in &report.gateways {
-        let listeners: Vec<Value> = gateway
-            .listeners
-            .iter()
-            .map(|l| {
-                json!({
-                    "name": l.name,
-                    "supportedKinds": l.supported_kinds,
-                    "attachedRoutes": l.attached_routes,
-                    "conditions": conditions(&l.conditions),
-                })
-            })
-            .collect();
+        let listeners: Vec<Value> = gateway.listeners.iter().map(listener_json).collect();
         let addresses: Vec<Value> = addresses
             .iter()
             .map(|a| json!({"type": a.address_type, "value": a.value}))
@@ -157,6 +146,7 @@ fn desired(
             "addresses": addresses,
             "conditions": conditions(&gateway.conditions),
             "listeners": listeners,
+            "attachedListenerSets": gateway.attached_listener_sets,
         });
         out.push((
             ("Gateway", gateway.namespace.clone(), gateway.name.clone()),
@@ -183,6 +173,14 @@ fn desired(
         out.push((
             (kind, route.namespace.clone(), route.name.clone()),
             json!({"parents": parents}),
+        ));
+    }
+    for set in &report.listener_sets {
+        let listeners: Vec<Value> = set.listeners.iter().map(listener_json).collect();
+        let status = json!({"conditions": conditions(&set.conditions), "listeners": listeners});
+        out.push((
+            ("ListenerSet", set.namespace.clone(), set.name.clone()),
+            status,
         ));
     }
     for policy in &report.backend_tls_policies {
@@ -238,6 +236,16 @@ fn entries_field(kind: &str) -> &'static str {
 /// A status with none of sluice's entries left.
 fn no_parents(kind: &str) -> Value {
     json!({ entries_field(kind): [] })
+}
+
+/// One entry of a Gateway's or ListenerSet's `status.listeners`.
+fn listener_json(listener: &ListenerStatus) -> Value {
+    json!({
+        "name": listener.name,
+        "supportedKinds": listener.supported_kinds,
+        "attachedRoutes": listener.attached_routes,
+        "conditions": conditions(&listener.conditions),
+    })
 }
 
 fn conditions(conditions: &[Condition]) -> Value {

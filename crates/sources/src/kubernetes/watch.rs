@@ -278,6 +278,7 @@ const GATEWAY_KINDS: &[&str] = &[
     "TCPRoute",
     "UDPRoute",
     "BackendTLSPolicy",
+    "ListenerSet",
     "ReferenceGrant",
 ];
 

@@ -131,6 +131,8 @@ impl<'s> BackendTlsPolicies<'s> {
             let parents = &status.parents;
             let gateways: Vec<(String, String)> = parents
                 .iter()
+                // A ListenerSet parent's Gateway is an ancestor too, but is not named here.
+                .filter(|parent| parent.parent_ref.kind.as_deref() == Some("Gateway"))
                 .filter(|parent| {
                     parent
                         .conditions

@@ -4,8 +4,11 @@ use super::frontend::{client_auth, insecure_fallback, refuse_listener, validatio
 use super::*;
 /// One listener of a served Gateway, as compiled.
 pub(super) struct ListenerPlan<'a> {
+    /// The Gateway whose sockets it listens on (by index).
     pub(super) gateway: usize,
-    /// The Gateway's namespace (`allowedRoutes.namespaces.from: Same`).
+    /// The ListenerSet it comes from (by index), or `None` for the Gateway's own.
+    pub(super) set: Option<usize>,
+    /// The namespace of the Gateway or ListenerSet (`allowedRoutes.namespaces.from: Same`).
     pub(super) namespace: &'a str,
     pub(super) listener: &'a Listener,
     pub(super) sockets: Vec<SocketAddr>,
@@ -23,6 +26,19 @@ pub(super) struct ListenerPlan<'a> {
 }
 
 impl ListenerPlan<'_> {
+    /// Whether it is one of the Gateway's own listeners (not a ListenerSet's).
+    pub(super) fn of_gateway(&self, index: usize) -> bool {
+        self.gateway == index && self.set.is_none()
+    }
+
+    /// Whether a parentRef naming `parent` may attach a route to it.
+    pub(super) fn belongs_to(&self, parent: Parent) -> bool {
+        match parent {
+            Parent::Gateway(index) => self.of_gateway(index),
+            Parent::ListenerSet(index) => self.set == Some(index),
+        }
+    }
+
     pub(super) fn accepted(&self) -> bool {
         self.condition("Accepted")
     }
@@ -41,14 +57,14 @@ impl ListenerPlan<'_> {
 /// Each served Gateway's listeners with their sockets and conditions, conflicts resolved in
 /// Gateway order; sets each Gateway's own conditions.
 pub(super) fn plan_listeners<'a>(
-    gateways: &mut [ServedGateway<'a>],
+    (gateways, sets): (&mut [ServedGateway<'a>], &mut [ServedListenerSet<'a>]),
     inputs: &GatewayInputs<'_>,
     sinks: &mut GatewaySinks<'_, '_>,
 ) -> Vec<ListenerPlan<'a>> {
-    let diagnostics = &mut *sinks.diagnostics;
     let mut plans = Vec::new();
     let mut claimed = ClaimedSockets::new();
     for (index, served) in gateways.iter_mut().enumerate() {
+        let diagnostics = &mut *sinks.diagnostics;
         let object = ObjectRef::new("Gateway", Some(&served.key.namespace), &served.key.name);
         // Whether a listener lets clients through without a valid certificate.
         let mut insecure = false;
@@ -60,10 +76,13 @@ pub(super) fn plan_listeners<'a>(
                 Vec::new()
             }
         };
+        served.addresses = addresses.clone();
         for (position, listener) in served.gateway.spec.listeners.iter().enumerate() {
             let field = format!("spec.listeners[{position}]");
-            let certificate = terminates_tls(listener)
-                .then(|| listener_certificate(listener, (inputs.snapshot, served.key), sinks.tls));
+            let certificate = terminates_tls(listener).then(|| {
+                let owner = (inputs.snapshot, served.key, "Gateway");
+                listener_certificate(listener, owner, sinks.tls)
+            });
             let mut plan = plan_listener(index, listener, &addresses, certificate);
             plan.namespace = &served.key.namespace;
             let validation = validation_for(served.gateway, listener);
@@ -91,7 +110,7 @@ pub(super) fn plan_listeners<'a>(
                     _ => !c.holds(),
                 });
             for condition in troubles {
-                diagnostics.warning(
+                sinks.diagnostics.warning(
                     &object,
                     &field,
                     format!("{}: {}", condition.reason, condition.message),
@@ -110,6 +129,16 @@ pub(super) fn plan_listeners<'a>(
                 "a listener lets clients through without a valid certificate (AllowInsecureFallback)",
             ));
         }
+    }
+    for index in 0..sets.len() {
+        let gateway = &gateways[sets[index].gateway];
+        plan_listener_set(
+            index,
+            (gateway, sets),
+            (&mut plans, &mut claimed),
+            inputs,
+            sinks,
+        );
     }
     plans
 }
@@ -261,6 +290,7 @@ pub(super) fn plan_listener<'a>(
     conditions.push(programmed);
     ListenerPlan {
         gateway,
+        set: None,
         namespace: "",
         listener,
         sockets: addresses
@@ -343,7 +373,7 @@ pub(super) fn supported_kinds(listener: &Listener) -> (Vec<RouteGroupKind>, bool
 /// loads) and returns the first one's certificate, which the listener serves.
 pub(super) fn listener_certificate(
     listener: &Listener,
-    (snapshot, key): (&Snapshot, &ObjectKey),
+    (snapshot, key, owner_kind): (&Snapshot, &ObjectKey, &str),
     tls: &mut TlsMerge<'_>,
 ) -> Result<Arc<Certificate>, (&'static str, String)> {
     let refs = listener
@@ -370,7 +400,7 @@ pub(super) fn listener_certificate(
         }
         let namespace = reference.namespace.as_deref().unwrap_or(&key.namespace);
         let from = GrantFrom {
-            kind: "Gateway",
+            kind: owner_kind,
             namespace: &key.namespace,
         };
         if namespace != key.namespace
@@ -379,7 +409,7 @@ pub(super) fn listener_certificate(
             return Err((
                 "RefNotPermitted",
                 format!(
-                    "no ReferenceGrant in {namespace} lets Gateways of {} use Secret {}",
+                    "no ReferenceGrant in {namespace} lets {owner_kind}s of {} use Secret {}",
                     key.namespace, reference.name
                 ),
             ));
@@ -476,7 +506,7 @@ pub(super) fn replace(conditions: &mut [Condition], condition: Condition) {
 /// A Gateway's conditions from its listeners: accepted while any listener is, programmed
 /// while any listener is.
 pub(super) fn gateway_conditions(index: usize, plans: &[ListenerPlan<'_>]) -> Vec<Condition> {
-    let own: Vec<_> = plans.iter().filter(|p| p.gateway == index).collect();
+    let own: Vec<_> = plans.iter().filter(|p| p.of_gateway(index)).collect();
     let valid = own.iter().filter(|p| p.accepted()).count();
     let programmed = own.iter().any(|p| p.programmed());
     vec![
@@ -507,24 +537,34 @@ pub(super) fn gateway_conditions(index: usize, plans: &[ListenerPlan<'_>]) -> Ve
 pub(super) fn gateway_status(
     index: usize,
     served: &ServedGateway<'_>,
-    plans: &[ListenerPlan<'_>],
+    (plans, sets): (&[ListenerPlan<'_>], &[ServedListenerSet<'_>]),
 ) -> GatewayStatus {
     let generation = served.gateway.metadata.generation;
+    let attached_listener_sets = sets
+        .iter()
+        .filter(|set| set.gateway == index && set.accepted())
+        .count();
     GatewayStatus {
+        attached_listener_sets: u32::try_from(attached_listener_sets).unwrap_or(u32::MAX),
         namespace: served.key.namespace.clone(),
         name: served.key.name.clone(),
         generation,
         conditions: observed(served.conditions.clone(), generation),
         listeners: plans
             .iter()
-            .filter(|plan| plan.gateway == index)
-            .map(|plan| ListenerStatus {
-                name: plan.listener.name.clone(),
-                supported_kinds: plan.kinds.clone(),
-                attached_routes: plan.attached,
-                conditions: observed(plan.conditions.clone(), generation),
-                sockets: plan.sockets.clone(),
-            })
+            .filter(|plan| plan.of_gateway(index))
+            .map(|plan| listener_status(plan, generation))
             .collect(),
+    }
+}
+
+/// A listener's entry in its Gateway's or ListenerSet's `status.listeners`.
+pub(super) fn listener_status(plan: &ListenerPlan<'_>, generation: Option<i64>) -> ListenerStatus {
+    ListenerStatus {
+        name: plan.listener.name.clone(),
+        supported_kinds: plan.kinds.clone(),
+        attached_routes: plan.attached,
+        conditions: observed(plan.conditions.clone(), generation),
+        sockets: plan.sockets.clone(),
     }
 }

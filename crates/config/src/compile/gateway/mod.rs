@@ -40,10 +40,12 @@ use crate::snapshot::{ObjectKey, Snapshot};
 mod backend_tls;
 pub(crate) use backend_tls::BackendTlsPolicies;
 mod frontend;
+mod listener_sets;
 mod listeners;
 mod route_rules;
 mod routes;
 
+use listener_sets::*;
 use listeners::*;
 use route_rules::*;
 use routes::*;
@@ -93,6 +95,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRetryBackendTimeout",
     "HTTPRouteRetryConnectionError",
     "HTTPRouteSchemeRedirect",
+    "ListenerSet",
     "ReferenceGrant",
     "TCPRoute",
     "TLSRoute",
@@ -129,6 +132,15 @@ struct ServedGateway<'a> {
     conditions: Vec<Condition>,
     /// What it presents to backends that ask for a client certificate.
     backend_client: Option<Arc<Certificate>>,
+    /// Where its listeners (and its ListenerSets') bind; empty when it is not accepted.
+    addresses: Vec<IpAddr>,
+}
+
+/// What a route's parentRef names among the served objects, by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Parent {
+    Gateway(usize),
+    ListenerSet(usize),
 }
 
 /// Compiles every served Gateway API object; returns their status.
@@ -162,11 +174,13 @@ pub(crate) fn compile_gateways(
             gateway,
             conditions: Vec::new(),
             backend_client: None,
+            addresses: Vec::new(),
         })
         .collect();
     let mut sinks = sinks;
     inputs.backend_tls.report(sinks.diagnostics);
-    let mut plans = plan_listeners(&mut gateways, inputs, &mut sinks);
+    let mut sets = served_listener_sets(snapshot, &gateways);
+    let mut plans = plan_listeners((&mut gateways, &mut sets), inputs, &mut sinks);
     for served in &mut gateways {
         backend_tls::resolve_backend_client(served, snapshot, &mut sinks);
     }
@@ -193,7 +207,13 @@ pub(crate) fn compile_gateways(
     }
     let routes = route_inputs(snapshot);
     for (rank, route) in routes.iter().enumerate() {
-        let parents = attach_route(route, rank, (&gateways, &mut plans), inputs, &mut sinks);
+        let parents = attach_route(
+            route,
+            rank,
+            ((&gateways, &sets), &mut plans),
+            inputs,
+            &mut sinks,
+        );
         if !parents.is_empty() {
             report.routes.push(RouteStatus {
                 kind: route.name.kind.to_owned(),
@@ -212,8 +232,9 @@ pub(crate) fn compile_gateways(
     report.gateways = gateways
         .iter()
         .enumerate()
-        .map(|(index, served)| gateway_status(index, served, &plans))
+        .map(|(index, served)| gateway_status(index, served, (&plans, &sets)))
         .collect();
+    report.listener_sets = listener_set_statuses(&sets, &gateways, &plans);
     report
 }
 

@@ -95,7 +95,7 @@ impl CompiledRules {
 pub(super) fn attach_route(
     route: &RouteInput<'_>,
     rank: usize,
-    (gateways, plans): (&[ServedGateway<'_>], &mut [ListenerPlan<'_>]),
+    (parents_served, plans): (ParentsServed<'_, '_>, &mut [ListenerPlan<'_>]),
     inputs: &GatewayInputs<'_>,
     sinks: &mut GatewaySinks<'_, '_>,
 ) -> Vec<ParentStatus> {
@@ -112,7 +112,7 @@ pub(super) fn attach_route(
     let mut unattached: Vec<String> = Vec::new();
     let mut any_accepted = false;
     for (index, parent) in route.spec.parent_refs.iter().enumerate() {
-        let Some(gateway) = parent_gateway(parent, key, gateways) else {
+        let Some(target) = parent_of(parent, key, parents_served) else {
             unattached.push(format!(
                 "spec.parentRefs[{index}]: {}",
                 unserved_parent(parent, key, inputs)
@@ -120,13 +120,13 @@ pub(super) fn attach_route(
             continue;
         };
         let rules = compiled.get_or_insert_with(|| {
-            let backend_client = backend_client(route, gateways, sinks.diagnostics);
+            let backend_client = backend_client(route, parents_served, sinks.diagnostics);
             compile_rules(route, (rank, backend_client), inputs, sinks)
         });
         let attachment = attach(
             parent,
             route.name,
-            gateway,
+            target,
             &route_hosts,
             plans,
             inputs.snapshot,
@@ -151,7 +151,7 @@ pub(super) fn attach_route(
         parents.push(ParentStatus {
             parent_ref: ParentReference {
                 group: Some(GATEWAY_GROUP.to_owned()),
-                kind: Some("Gateway".to_owned()),
+                kind: Some(parent.kind.clone().unwrap_or_else(|| "Gateway".to_owned())),
                 namespace: Some(
                     parent
                         .namespace
@@ -187,14 +187,18 @@ pub(super) fn attach_route(
 /// ones the first Gateway's is used, with a warning.
 fn backend_client(
     route: &RouteInput<'_>,
-    gateways: &[ServedGateway<'_>],
+    (gateways, sets): ParentsServed<'_, '_>,
     diagnostics: &mut Diagnostics,
 ) -> Option<Arc<Certificate>> {
     let mut certificates = route
         .spec
         .parent_refs
         .iter()
-        .filter_map(|parent| parent_gateway(parent, route.name.key, gateways))
+        .filter_map(|parent| parent_of(parent, route.name.key, (gateways, sets)))
+        .map(|target| match target {
+            Parent::Gateway(index) => index,
+            Parent::ListenerSet(index) => sets[index].gateway,
+        })
         .map(|index| gateways[index].backend_client.clone());
     let first = certificates.next()?;
     if certificates.any(|other| other != first) {
@@ -213,11 +217,21 @@ fn unserved_parent(
 ) -> String {
     let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
     let kind = parent.kind.as_deref().unwrap_or("Gateway");
-    if group != GATEWAY_GROUP || kind != "Gateway" {
-        return format!("the parent is a {kind} of group {group:?}, not a Gateway");
-    }
     let namespace = parent.namespace.as_deref().unwrap_or(&route.namespace);
     let name = &parent.name;
+    if group == GATEWAY_GROUP && kind == "ListenerSet" {
+        let key = ObjectKey::new(namespace, name);
+        return match inputs.snapshot.listener_sets.get(&key) {
+            None => format!("ListenerSet {namespace}/{name} does not exist"),
+            Some(set) => format!(
+                "ListenerSet {namespace}/{name} is attached to Gateway {}, which sluice does not serve",
+                set.spec.parent_ref.name
+            ),
+        };
+    }
+    if group != GATEWAY_GROUP || kind != "Gateway" {
+        return format!("the parent is a {kind} of group {group:?}, not a Gateway or ListenerSet");
+    }
     let Some(gateway) = inputs
         .snapshot
         .gateways
@@ -240,21 +254,30 @@ fn unserved_parent(
 /// route is served under there; or the `Accepted=False` reason and message.
 pub(super) type Attachment = Result<Vec<(usize, Vec<HostPattern>)>, (&'static str, String)>;
 
-/// The served Gateway a parentRef names, by index.
-pub(super) fn parent_gateway(
+/// The served Gateways and ListenerSets routes may name as parents.
+pub(super) type ParentsServed<'p, 'a> = (&'p [ServedGateway<'a>], &'p [ServedListenerSet<'a>]);
+
+/// The served Gateway or ListenerSet a parentRef names.
+pub(super) fn parent_of(
     parent: &ParentReference,
     route: &ObjectKey,
-    gateways: &[ServedGateway<'_>],
-) -> Option<usize> {
-    let group_ok = parent.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP;
-    let kind_ok = parent.kind.as_deref().unwrap_or("Gateway") == "Gateway";
-    if !group_ok || !kind_ok {
+    (gateways, sets): ParentsServed<'_, '_>,
+) -> Option<Parent> {
+    if parent.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP {
         return None;
     }
     let namespace = parent.namespace.as_deref().unwrap_or(&route.namespace);
-    gateways
-        .iter()
-        .position(|g| g.key.namespace == namespace && g.key.name == parent.name)
+    match parent.kind.as_deref().unwrap_or("Gateway") {
+        "Gateway" => gateways
+            .iter()
+            .position(|g| g.key.namespace == namespace && g.key.name == parent.name)
+            .map(Parent::Gateway),
+        "ListenerSet" => sets
+            .iter()
+            .position(|s| s.key.namespace == namespace && s.key.name == parent.name)
+            .map(Parent::ListenerSet),
+        _ => None,
+    }
 }
 
 /// The listeners (by plan index) a parentRef attaches the route to, with the hostnames it is
@@ -262,13 +285,17 @@ pub(super) fn parent_gateway(
 pub(super) fn attach(
     parent: &ParentReference,
     route: RouteRef<'_>,
-    gateway: usize,
+    target: Parent,
     route_hosts: &[HostPattern],
     plans: &[ListenerPlan<'_>],
     snapshot: &Snapshot,
 ) -> Attachment {
+    let owner = match target {
+        Parent::Gateway(_) => "Gateway",
+        Parent::ListenerSet(_) => "ListenerSet",
+    };
     let candidates: Vec<usize> = (0..plans.len())
-        .filter(|&i| plans[i].gateway == gateway)
+        .filter(|&i| plans[i].belongs_to(target))
         .filter(|&i| {
             parent
                 .section_name
@@ -280,13 +307,13 @@ pub(super) fn attach(
     if candidates.is_empty() {
         return Err((
             "NoMatchingParent",
-            "no listener of the Gateway has this sectionName and port".to_owned(),
+            format!("no listener of the {owner} has this sectionName and port"),
         ));
     }
     if candidates.iter().all(|&i| plans[i].sockets.is_empty()) {
         return Err((
             "NoMatchingParent",
-            "the Gateway is not accepted, so none of its listeners serves".to_owned(),
+            format!("the {owner} is not accepted, so none of its listeners serves"),
         ));
     }
     let allowed: Vec<usize> = candidates
@@ -296,7 +323,7 @@ pub(super) fn attach(
     if allowed.is_empty() {
         return Err((
             "NotAllowedByListeners",
-            "no listener of the Gateway allows routes of this kind from this namespace".to_owned(),
+            format!("no listener of the {owner} allows routes of this kind from this namespace"),
         ));
     }
     let attached: Vec<(usize, Vec<HostPattern>)> = allowed
