@@ -49,7 +49,8 @@ pub struct DrillArgs {
     /// sluice's --response-retry-buffer for the drill (0: off, to see what it saves).
     #[arg(long, default_value = "64k", value_parser = parse_size_flag, value_name = "SIZE")]
     pub response_retry_buffer: u64,
-    /// What routes the drill's app: an Ingress, or a Gateway API Gateway and HTTPRoute.
+    /// What routes the drill's app: an Ingress, or a Gateway API Gateway with an HTTPRoute or
+    /// a TCPRoute.
     #[arg(long, value_enum, default_value = "ingress")]
     pub route: DrillRoute,
 }
@@ -61,6 +62,9 @@ pub enum DrillRoute {
     Ingress,
     /// A GatewayClass, a Gateway whose listener is the drill's socket, and an HTTPRoute.
     Httproute,
+    /// A Gateway whose TCP listener is the drill's socket, and a TCPRoute: each client
+    /// connection is spliced to one pod, with no retry and no HTTP parsing.
+    Tcproute,
 }
 
 /// Which Ingresses to serve.

@@ -13,8 +13,11 @@ use anyhow::Context;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use sluice_config::{parse_manifest, ready_endpoints, CompileOptions, Document, Format, Snapshot};
 use sluice_drill::{Environment, Mode, PodEndpoint, ProxyUnderTest, Report};
-use sluice_proxy::{serve, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal, ShutdownTrigger};
-use sluice_routing::{BackendId, BackendMode};
+use sluice_proxy::{
+    serve, serve_streams, ListenerOptions, Proxy, ProxyOptions, ShutdownSignal, ShutdownTrigger,
+    StreamMetrics, StreamOptions,
+};
+use sluice_routing::{BackendId, BackendMode, SocketProtocol};
 use tokio::net::TcpListener;
 
 use crate::cli::{DrillArgs, DrillRoute};
@@ -87,19 +90,35 @@ impl DrillProxy {
             .first()
             .filter(|backend| backend.mode() == BackendMode::Endpoints)
             .map(|backend| backend.id().clone());
-        let proxy = Arc::new(Proxy::new(control.table().clone(), options));
-        let handler = move |request, client| {
-            let proxy = proxy.clone();
-            async move { proxy.handle(request, client).await }
-        };
         let (stop, signal) = ShutdownSignal::new();
-        let options = ListenerOptions {
-            grace_period: Duration::from_secs(1),
-            // The HTTPRoute's Gateway listens on this very socket.
-            gateway_socket: (route == DrillRoute::Httproute).then_some(address),
-            ..ListenerOptions::default()
-        };
-        tokio::spawn(serve(listener, handler, signal, options));
+        match route {
+            DrillRoute::Tcproute => {
+                let options = StreamOptions {
+                    table: control.table().clone(),
+                    socket: address,
+                    protocol: SocketProtocol::Tcp,
+                    connect_timeout: Duration::from_secs(1),
+                    handshake_timeout: Duration::from_secs(10),
+                    grace_period: Duration::from_secs(1),
+                    metrics: StreamMetrics::default(),
+                };
+                tokio::spawn(serve_streams(listener, options, None, signal));
+            }
+            DrillRoute::Ingress | DrillRoute::Httproute => {
+                let proxy = Arc::new(Proxy::new(control.table().clone(), options));
+                let handler = move |request, client| {
+                    let proxy = proxy.clone();
+                    async move { proxy.handle(request, client).await }
+                };
+                let options = ListenerOptions {
+                    grace_period: Duration::from_secs(1),
+                    // The HTTPRoute's Gateway listens on this very socket.
+                    gateway_socket: (route == DrillRoute::Httproute).then_some(address),
+                    ..ListenerOptions::default()
+                };
+                tokio::spawn(serve(listener, handler, signal, options));
+            }
+        }
         Ok(Self {
             control,
             backend,
@@ -155,8 +174,8 @@ fn snapshot(
     // An Ingress asks for service-upstream itself; a Gateway API route asks through its Service.
     let (route_yaml, service_annotations) = match route {
         DrillRoute::Ingress => (ingress_yaml(mode, service_port), String::new()),
-        DrillRoute::Httproute => (
-            gateway_yaml(address, service_port),
+        DrillRoute::Httproute | DrillRoute::Tcproute => (
+            gateway_yaml(route, address, service_port),
             mode.map(|mode| format!("\n  annotations:\n    sluice.dev/service-upstream: {mode}"))
                 .unwrap_or_default(),
         ),
@@ -221,9 +240,13 @@ spec:
     )
 }
 
-/// sluice's GatewayClass, a Gateway with one HTTP listener at `address`, and an HTTPRoute for
-/// `drill.local` to the app.
-fn gateway_yaml(address: SocketAddr, service_port: u16) -> String {
+/// sluice's GatewayClass, a Gateway with one listener at `address`, and a route to the app: an
+/// HTTP listener and an HTTPRoute for `drill.local`, or a TCP listener and a TCPRoute.
+fn gateway_yaml(route: DrillRoute, address: SocketAddr, service_port: u16) -> String {
+    let (protocol, kind, hostnames) = match route {
+        DrillRoute::Tcproute => ("TCP", "TCPRoute", ""),
+        _ => ("HTTP", "HTTPRoute", "\n  hostnames:\n  - drill.local"),
+    };
     format!(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
@@ -243,20 +266,18 @@ spec:
   - type: IPAddress
     value: \"{ip}\"
   listeners:
-  - name: http
+  - name: drill
     port: {port}
-    protocol: HTTP
+    protocol: {protocol}
 ---
 apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
+kind: {kind}
 metadata:
   name: drill
   namespace: default
 spec:
   parentRefs:
-  - name: drill
-  hostnames:
-  - drill.local
+  - name: drill{hostnames}
   rules:
   - backendRefs:
     - name: app

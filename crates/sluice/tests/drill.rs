@@ -193,3 +193,49 @@ fn a_drill_that_fails_more_than_allowed_exits_non_zero() {
         .sum();
     assert_eq!(failures, count(&report, "failed"), "{report}");
 }
+
+/// A TCPRoute splices each connection to one pod: no retry can hide a pod that dies with
+/// requests on its connections, and the drill reports them as connection failures; a pod
+/// that drains gracefully loses (almost) nothing, and no request ever gets an HTTP error
+/// from the proxy, which never speaks HTTP here.
+#[test]
+fn a_tcproute_drill_reports_the_connections_abrupt_terminations_cut() {
+    let small = [
+        "--pods",
+        "3",
+        "--rps",
+        "500",
+        "--endpoint-lag",
+        "1s",
+        "--rollouts",
+        "2",
+        "--route",
+        "tcproute",
+    ];
+    let connection_kinds: BTreeSet<&str> = ["connect", "reset", "truncated"].into();
+    for termination in ["graceful", "abrupt"] {
+        let args = [&small[..], &["--termination", termination]].concat();
+        let (code, report) = drill(&args);
+        assert_eq!(code, Some(0), "{report}");
+        let requests = count(&report, "requests");
+        assert!(requests > 4_000, "{report}");
+        assert_eq!(
+            count(&report, "retries"),
+            0,
+            "a TCP splice never retries: {report}"
+        );
+        let failures = report["failures"].as_object().unwrap();
+        assert!(
+            failures
+                .keys()
+                .all(|kind| connection_kinds.contains(kind.as_str())),
+            "only connection failures: {report}"
+        );
+        let summed: u64 = failures.values().map(|n| n.as_u64().unwrap()).sum();
+        assert_eq!(summed, count(&report, "failed"), "{report}");
+        if termination == "graceful" {
+            assert!(count(&report, "failed") * 100 <= requests, "{report}");
+        }
+        assert_eq!(report["termination"], termination);
+    }
+}
