@@ -229,3 +229,80 @@ async fn the_dashboard_shows_a_canary_under_its_route_with_its_rule_and_backend(
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_gateways_listener_sets_l4_routes_and_policies_with_their_conditions() {
+    let (http_port, tcp_port) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: sluice}}\nspec: {{controllerName: sluice.dev/gateway-controller}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: edge}}\nspec:\n  gatewayClassName: sluice\n  addresses: [{{type: IPAddress, value: 127.0.3.90}}]\n  allowedListeners: {{namespaces: {{from: Same}}}}\n  listeners:\n  - {{name: web, port: {http_port}, protocol: HTTP, hostname: shop.test}}\n  - {{name: db, port: {tcp_port}, protocol: TCP}}\n"
+    );
+    write_manifest(
+        dir.path(),
+        "gateway.yaml",
+        &[
+            gateway,
+            format!("apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {{name: team-a}}\nspec:\n  parentRef: {{name: edge}}\n  listeners:\n  - {{name: team-a, port: {http_port}, protocol: HTTP, hostname: team-a.test}}\n  - {{name: clash, port: {http_port}, protocol: HTTP, hostname: shop.test}}\n"),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: TCPRoute\nmetadata: {name: db}\nspec:\n  parentRefs: [{name: edge, sectionName: db}]\n  rules: [{backendRefs: [{name: db, port: 5432}]}]\n".to_owned(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: team-a}\nspec:\n  parentRefs: [{kind: ListenerSet, name: team-a}]\n  rules: [{backendRefs: [{name: web, port: 80}]}]\n".to_owned(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {name: web-tls}\nspec:\n  targetRefs: [{group: \"\", kind: Service, name: web}]\n  validation: {caCertificateRefs: [{group: \"\", kind: ConfigMap, name: missing-ca}], hostname: web.internal}\n".to_owned(),
+            service("web", 80, &["127.0.0.1:9".parse().unwrap()]),
+            service("db", 5432, &["127.0.0.1:10".parse().unwrap()]),
+        ],
+    );
+    let sluice = Sluice::start(dir.path(), &[]).await;
+    let mut browser = Browser::start().await;
+    browser.navigate(&format!("http://{}/", sluice.admin)).await;
+    browser
+        .wait_for(
+            "the first refresh",
+            "document.body.dataset.loaded === 'true'",
+            LIVE,
+        )
+        .await;
+    let row = |kind: &str, object: &str| {
+        format!("Array.from(document.querySelectorAll('#gateway-table tbody tr')).filter(r => r.dataset.kind === '{kind}' && r.dataset.object.includes('{object}')).map(r => r.textContent).join(' | ')")
+    };
+    let text = |value: serde_json::Value| value.as_str().unwrap().to_owned();
+    let gateway = text(browser.eval(&row("Gateway", "default/edge")).await);
+    assert!(
+        gateway.contains("1 ListenerSet") && gateway.contains("Accepted ✓"),
+        "{gateway}"
+    );
+    let tcp = text(browser.eval(&row("listener", "default/edge · db")).await);
+    assert!(
+        tcp.contains(&format!("127.0.3.90:{tcp_port}")) && tcp.contains("1 route"),
+        "{tcp}"
+    );
+    let route = text(browser.eval(&row("TCPRoute", "default/db")).await);
+    assert!(
+        route.contains("Gateway default/edge · db") && route.contains("Accepted ✓"),
+        "{route}"
+    );
+    let set = text(browser.eval(&row("ListenerSet", "default/team-a")).await);
+    assert!(
+        set.contains("Gateway default/edge") && set.contains("Accepted ✓"),
+        "{set}"
+    );
+    let clash = text(
+        browser
+            .eval(&row("listener", "default/team-a · clash"))
+            .await,
+    );
+    assert!(clash.contains("Accepted ✗ HostnameConflict"), "{clash}");
+    let set_route = text(browser.eval(&row("HTTPRoute", "default/team-a")).await);
+    assert!(
+        set_route.contains("ListenerSet default/team-a"),
+        "{set_route}"
+    );
+    let policy = text(
+        browser
+            .eval(&row("BackendTLSPolicy", "default/web-tls"))
+            .await,
+    );
+    assert!(
+        policy.contains("Gateway default/edge")
+            && policy.contains("Accepted ✗ NoValidCACertificate"),
+        "{policy}"
+    );
+}

@@ -7,7 +7,7 @@ use rustls::pki_types::CertificateDer;
 use sluice_routing::{SubjectName, UpstreamTls};
 
 use super::*;
-use crate::gateway::status::{AncestorStatus, PolicyStatus};
+use crate::gateway::status::{AncestorStatus, ListenerSetStatus, PolicyStatus};
 use crate::gateway::{BackendTlsPolicy, ObjectReference};
 
 /// A Service port a policy targets: namespace, Service and, when the target names one, the
@@ -114,7 +114,7 @@ impl<'s> BackendTlsPolicies<'s> {
     /// backendRef to a Service port the policy names, with the policy's conditions.
     pub(super) fn statuses(
         &self,
-        (routes, statuses): (&[RouteInput<'_>], &[RouteStatus]),
+        (routes, statuses, sets): (&[RouteInput<'_>], &[RouteStatus], &[ListenerSetStatus]),
         services: &ServiceIndex<'_>,
         controller: &str,
     ) -> Vec<PolicyStatus> {
@@ -131,21 +131,27 @@ impl<'s> BackendTlsPolicies<'s> {
             let parents = &status.parents;
             let gateways: Vec<(String, String)> = parents
                 .iter()
-                // A ListenerSet parent's Gateway is an ancestor too, but is not named here.
-                .filter(|parent| parent.parent_ref.kind.as_deref() == Some("Gateway"))
                 .filter(|parent| {
                     parent
                         .conditions
                         .iter()
                         .any(|c| c.condition_type == "Accepted" && c.holds())
                 })
-                .map(|parent| {
+                .filter_map(|parent| {
                     let reference = &parent.parent_ref;
                     let namespace = reference
                         .namespace
                         .clone()
                         .unwrap_or_else(|| route.name.key.namespace.clone());
-                    (namespace, reference.name.clone())
+                    match reference.kind.as_deref() {
+                        // A ListenerSet's routes reach the Services through its Gateway.
+                        Some("ListenerSet") => sets
+                            .iter()
+                            .find(|set| set.namespace == namespace && set.name == reference.name)
+                            .and_then(|set| set.gateway.split_once('/'))
+                            .map(|(ns, name)| (ns.to_owned(), name.to_owned())),
+                        _ => Some((namespace, reference.name.clone())),
+                    }
                 })
                 .collect();
             if gateways.is_empty() {

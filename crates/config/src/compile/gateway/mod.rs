@@ -224,8 +224,9 @@ pub(crate) fn compile_gateways(
             });
         }
     }
+    report.listener_sets = listener_set_statuses(&sets, &gateways, &plans);
     report.backend_tls_policies = inputs.backend_tls.statuses(
-        (&routes, &report.routes),
+        (&routes, &report.routes, &report.listener_sets),
         inputs.services,
         inputs.controller,
     );
@@ -234,7 +235,6 @@ pub(crate) fn compile_gateways(
         .enumerate()
         .map(|(index, served)| gateway_status(index, served, (&plans, &sets)))
         .collect();
-    report.listener_sets = listener_set_statuses(&sets, &gateways, &plans);
     report
 }
 
