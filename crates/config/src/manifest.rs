@@ -114,6 +114,7 @@ fn parse_object(value: Value) -> Result<Document, String> {
         | "UDPRoute" | "BackendTLSPolicy" | "ListenerSet" | "ReferenceGrant" => {
             return gateway_object(value, &api_version, &kind);
         }
+        "XListenerSet" => return experimental_listener_set(value, &api_version),
         "Middleware" if is_traefik(&api_version) => {
             let group = api_version.split_once('/').map(|(g, _)| g.to_owned());
             let middleware = crate::traefik::Middleware {
@@ -188,11 +189,27 @@ fn gateway_object(value: Value, api_version: &str, kind: &str) -> Result<Documen
     named(object)
 }
 
+/// An `XListenerSet` of `gateway.networking.x-k8s.io/v1alpha1`, the experimental spelling of
+/// ListenerSet with the same fields, read as a ListenerSet.
+fn experimental_listener_set(value: Value, api_version: &str) -> Result<Document, String> {
+    let expected = format!("{}/v1alpha1", crate::gateway::EXPERIMENTAL_GATEWAY_GROUP);
+    if api_version != expected {
+        return Err(format!(
+            "apiVersion: XListenerSet {api_version} is not supported; sluice reads XListenerSet {expected}"
+        ));
+    }
+    named(KubeObject::ListenerSet(typed(value)?))
+}
+
 /// A Gateway API object as the API server sends it (JSON with `apiVersion` and `kind`); the
 /// error names the field that failed.
 pub fn gateway_api_object(value: Value) -> Result<KubeObject, String> {
     let (api_version, kind) = type_of(&value)?;
-    match gateway_object(value, &api_version, &kind)? {
+    let document = match kind.as_str() {
+        "XListenerSet" => experimental_listener_set(value, &api_version)?,
+        _ => gateway_object(value, &api_version, &kind)?,
+    };
+    match document {
         Document::Object(object) => Ok(object),
         Document::Skipped { kind, .. } => Err(format!("{kind} is not a Gateway API kind")),
     }

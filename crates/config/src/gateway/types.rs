@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 /// The API group of every Gateway API kind.
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+/// The experimental group, where ListenerSet was `XListenerSet` before it became standard.
+pub const EXPERIMENTAL_GATEWAY_GROUP: &str = "gateway.networking.x-k8s.io";
 
 /// A Gateway API object: its metadata and spec (status is written, never read).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

@@ -14,7 +14,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sluice_config::gateway::GATEWAY_GROUP;
+use sluice_config::gateway::{EXPERIMENTAL_GATEWAY_GROUP, GATEWAY_GROUP};
 use sluice_config::traefik::{MIDDLEWARE_VERSION, TRAEFIK_GROUPS};
 use sluice_config::{gateway_api_object, middleware_object, KubeObject};
 
@@ -346,7 +346,35 @@ async fn discover_gateway_api(client: &Client) -> Result<Vec<ServedResource>, ku
             });
         }
     }
+    if !found.iter().any(|f| f.kind == "ListenerSet") {
+        found.extend(experimental_listener_sets(client).await?);
+    }
     Ok(found)
+}
+
+/// `XListenerSet` of `gateway.networking.x-k8s.io/v1alpha1`, the experimental channel's
+/// ListenerSet, watched as ListenerSet where the standard one is not served.
+async fn experimental_listener_sets(
+    client: &Client,
+) -> Result<Option<ServedResource>, kube::Error> {
+    let group_version = format!("{EXPERIMENTAL_GATEWAY_GROUP}/v1alpha1");
+    let list = match client.list_api_group_resources(&group_version).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    Ok(list
+        .resources
+        .iter()
+        .find(|r| r.kind == "XListenerSet" && !r.name.contains('/'))
+        .map(|resource| {
+            let gvk = GroupVersionKind::gvk(EXPERIMENTAL_GATEWAY_GROUP, "v1alpha1", "XListenerSet");
+            ServedResource {
+                kind: "ListenerSet",
+                api: ApiResource::from_gvk_with_plural(&gvk, &resource.name),
+                namespaced: resource.namespaced,
+            }
+        }))
 }
 
 /// Reads a watched Gateway API object into the snapshot's type. An object whose spec does not
@@ -356,17 +384,19 @@ fn gateway_conversion(
     resource: &ServedResource,
 ) -> impl Fn(DynamicObject) -> Option<KubeObject> + Send + 'static {
     let (api_version, kind) = (resource.api.api_version.clone(), resource.kind);
+    // The kind as served: `XListenerSet` for the experimental ListenerSet.
+    let served_kind = resource.api.kind.clone();
     move |object: DynamicObject| {
         let mut value = serde_json::to_value(&object).unwrap_or_default();
         if let Some(fields) = value.as_object_mut() {
             fields.insert("apiVersion".into(), api_version.clone().into());
-            fields.insert("kind".into(), kind.into());
+            fields.insert("kind".into(), served_kind.clone().into());
         }
         gateway_api_object(value).map_or_else(
             |error| {
                 let name = object.metadata.name.clone().unwrap_or_default();
                 tracing::warn!(kind, namespace = ?object.metadata.namespace, name, %error, "cannot read the object's spec; it is kept without one");
-                let bare = serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": object.metadata});
+                let bare = serde_json::json!({"apiVersion": api_version, "kind": served_kind, "metadata": object.metadata});
                 gateway_api_object(bare).ok()
             },
             Some,
@@ -488,4 +518,33 @@ fn event_into<K>(
         Event::InitApply(object) => Event::InitApply(into(object)?),
         Event::InitDone => Event::InitDone,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_experimental_xlistenerset_is_read_as_a_listener_set() {
+        let gvk = GroupVersionKind::gvk(EXPERIMENTAL_GATEWAY_GROUP, "v1alpha1", "XListenerSet");
+        let resource = ServedResource {
+            kind: "ListenerSet",
+            api: ApiResource::from_gvk_with_plural(&gvk, "xlistenersets"),
+            namespaced: true,
+        };
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.x-k8s.io/v1alpha1",
+            "kind": "XListenerSet",
+            "metadata": {"name": "team-a", "namespace": "shop"},
+            "spec": {"parentRef": {"name": "edge"},
+                     "listeners": [{"name": "a", "port": 80, "protocol": "HTTP"}]}
+        }))
+        .expect("a DynamicObject");
+        let converted = gateway_conversion(&resource)(object);
+        let Some(KubeObject::ListenerSet(set)) = converted else {
+            panic!("not a ListenerSet: {converted:?}");
+        };
+        assert_eq!(set.spec.parent_ref.name, "edge");
+        assert_eq!(set.spec.listeners.len(), 1);
+    }
 }

@@ -33,7 +33,7 @@ use crate::gateway::status::{
 };
 use crate::gateway::{
     BackendObjectReference, Gateway, GatewayClass, HttpBackendRef, HttpRouteSpec, Listener,
-    ParentReference, RouteGroupKind, GATEWAY_GROUP,
+    ParentReference, RouteGroupKind, EXPERIMENTAL_GATEWAY_GROUP, GATEWAY_GROUP,
 };
 use crate::snapshot::{ObjectKey, Snapshot};
 

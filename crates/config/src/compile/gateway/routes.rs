@@ -150,7 +150,12 @@ pub(super) fn attach_route(
         }
         parents.push(ParentStatus {
             parent_ref: ParentReference {
-                group: Some(GATEWAY_GROUP.to_owned()),
+                group: Some(
+                    parent
+                        .group
+                        .clone()
+                        .unwrap_or_else(|| GATEWAY_GROUP.to_owned()),
+                ),
                 kind: Some(parent.kind.clone().unwrap_or_else(|| "Gateway".to_owned())),
                 namespace: Some(
                     parent
@@ -263,11 +268,16 @@ pub(super) fn parent_of(
     route: &ObjectKey,
     (gateways, sets): ParentsServed<'_, '_>,
 ) -> Option<Parent> {
-    if parent.group.as_deref().unwrap_or(GATEWAY_GROUP) != GATEWAY_GROUP {
-        return None;
-    }
     let namespace = parent.namespace.as_deref().unwrap_or(&route.namespace);
-    match parent.kind.as_deref().unwrap_or("Gateway") {
+    let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
+    let kind = parent.kind.as_deref().unwrap_or("Gateway");
+    let kind = match (group, kind) {
+        (GATEWAY_GROUP, kind) => kind,
+        // The experimental spelling names the same ListenerSets.
+        (EXPERIMENTAL_GATEWAY_GROUP, "XListenerSet") => "ListenerSet",
+        _ => return None,
+    };
+    match kind {
         "Gateway" => gateways
             .iter()
             .position(|g| g.key.namespace == namespace && g.key.name == parent.name)
