@@ -184,7 +184,7 @@ impl ListenerStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteStatus {
-    /// `HTTPRoute` or `GRPCRoute`.
+    /// `HTTPRoute`, `GRPCRoute`, `TLSRoute`, `TCPRoute` or `UDPRoute`.
     pub kind: String,
     pub namespace: String,
     pub name: String,

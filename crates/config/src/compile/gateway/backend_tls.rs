@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use sluice_routing::{SubjectName, UpstreamTls};
 
@@ -379,40 +378,18 @@ fn ca_certificates(
         return Err(("InvalidKind", message));
     }
     let key = ObjectKey::new(&policy.namespace, &reference.name);
-    let pem = match kind {
-        "ConfigMap" => snapshot
-            .config_maps
-            .get(&key)
-            .ok_or("the ConfigMap does not exist")
-            .and_then(|map| {
-                map.data
-                    .as_ref()
-                    .and_then(|data| data.get("ca.crt"))
-                    .map(|pem| pem.as_bytes().to_vec())
-                    .ok_or("the ConfigMap has no ca.crt")
-            }),
+    let parsed = match kind {
+        "ConfigMap" => super::frontend::config_map_roots(snapshot, &key),
         _ => snapshot
             .secrets
             .get(&key)
-            .ok_or("the Secret does not exist")
+            .ok_or_else(|| "the Secret does not exist".to_owned())
             .and_then(|secret| {
-                secret
-                    .data
-                    .as_ref()
-                    .and_then(|data| data.get("ca.crt"))
-                    .map(|bytes| bytes.0.clone())
-                    .ok_or("the Secret has no ca.crt")
+                let data = secret.data.as_ref().and_then(|data| data.get("ca.crt"));
+                let pem = data.ok_or_else(|| "the Secret has no ca.crt".to_owned())?;
+                super::frontend::ca_bundle(&pem.0)
             }),
     };
-    let parsed = pem.map_err(str::to_owned).and_then(|pem| {
-        let roots = CertificateDer::pem_slice_iter(&pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| format!("ca.crt is not valid PEM: {error}"))?;
-        match roots.is_empty() {
-            true => Err("ca.crt holds no certificate".to_owned()),
-            false => Ok(roots),
-        }
-    });
     parsed.map_err(|problem| {
         let message = format!("{kind} {}/{}: {problem}", policy.namespace, reference.name);
         ("InvalidCACertificateRef", message)

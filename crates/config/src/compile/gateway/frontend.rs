@@ -85,7 +85,7 @@ pub(super) fn client_auth(
 }
 
 /// The CA certificates in a ConfigMap's `ca.crt`, or why there are none.
-fn config_map_roots(
+pub(super) fn config_map_roots(
     snapshot: &Snapshot,
     key: &ObjectKey,
 ) -> Result<Vec<CertificateDer<'static>>, String> {
@@ -98,7 +98,12 @@ fn config_map_roots(
         .as_ref()
         .and_then(|data| data.get("ca.crt"))
         .ok_or("the ConfigMap has no ca.crt")?;
-    let roots = CertificateDer::pem_slice_iter(pem.as_bytes())
+    ca_bundle(pem.as_bytes())
+}
+
+/// The certificates of a PEM `ca.crt`: at least one, all valid.
+pub(super) fn ca_bundle(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let roots = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| format!("ca.crt is not valid PEM: {error}"))?;
     if roots.is_empty() {
