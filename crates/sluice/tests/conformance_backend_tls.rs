@@ -616,6 +616,10 @@ async fn sluice_check_shows_every_policy_under_its_gateway() {
         check.contains("BackendTLSPolicy gateway-conformance-infra/invalid-kind under Gateway gateway-conformance-infra/same-namespace: Accepted=False (NoValidCACertificate"),
         "{check}"
     );
+    assert!(
+        check.contains("BackendTLSPolicy gateway-conformance-infra/normative-test targets Service gateway-conformance-infra/backendtlspolicy-test:btls"),
+        "{check}"
+    );
 }
 
 /// The `tls-backend-with-client-cert-validation` pod: like [`tls_backend`], but it requires a

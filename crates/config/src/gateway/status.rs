@@ -212,6 +212,9 @@ pub struct PolicyStatus {
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+    /// What it targets, as `Service namespace/name` (with `:port-name` for a sectionName).
+    #[serde(default)]
+    pub targets: Vec<String>,
     pub ancestors: Vec<AncestorStatus>,
 }
 
@@ -309,6 +312,17 @@ impl std::fmt::Display for GatewayReport {
             }
         }
         for policy in &self.backend_tls_policies {
+            writeln!(
+                f,
+                "{} {}/{} targets {}",
+                policy.kind,
+                policy.namespace,
+                policy.name,
+                match policy.targets.is_empty() {
+                    true => "no Service".to_owned(),
+                    false => policy.targets.join(", "),
+                }
+            )?;
             if policy.ancestors.is_empty() {
                 writeln!(
                     f,

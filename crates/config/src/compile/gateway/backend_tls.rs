@@ -181,6 +181,12 @@ impl<'s> BackendTlsPolicies<'s> {
                     namespace: resolved.key.namespace.clone(),
                     name: resolved.key.name.clone(),
                     generation,
+                    targets: targets(resolved.key, resolved.policy)
+                        .map(|(namespace, service, section)| match section {
+                            Some(section) => format!("Service {namespace}/{service}:{section}"),
+                            None => format!("Service {namespace}/{service}"),
+                        })
+                        .collect(),
                     ancestors: gateways
                         .into_iter()
                         .map(|(namespace, name)| AncestorStatus {
