@@ -239,6 +239,25 @@ fn conditions_text(conditions: &[Condition]) -> String {
     conditions.iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
+/// One line per listener, indented under its Gateway or ListenerSet.
+fn write_listeners(
+    f: &mut std::fmt::Formatter<'_>,
+    listeners: &[ListenerStatus],
+) -> std::fmt::Result {
+    for listener in listeners {
+        let sockets: Vec<String> = listener.sockets.iter().map(ToString::to_string).collect();
+        writeln!(
+            f,
+            "  listener {} on {}: {} attached route(s); {}",
+            listener.name,
+            sockets.join(", "),
+            listener.attached_routes,
+            conditions_text(&listener.conditions)
+        )?;
+    }
+    Ok(())
+}
+
 /// The report as `sluice check` prints it: one line per object, listener and route parent.
 impl std::fmt::Display for GatewayReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -257,18 +276,7 @@ impl std::fmt::Display for GatewayReport {
                 "Gateway {}/{}: {conditions}",
                 gateway.namespace, gateway.name
             )?;
-            for listener in &gateway.listeners {
-                let sockets: Vec<String> =
-                    listener.sockets.iter().map(ToString::to_string).collect();
-                writeln!(
-                    f,
-                    "  listener {} on {}: {} attached route(s); {}",
-                    listener.name,
-                    sockets.join(", "),
-                    listener.attached_routes,
-                    conditions_text(&listener.conditions)
-                )?;
-            }
+            write_listeners(f, &gateway.listeners)?;
         }
         for set in &self.listener_sets {
             let conditions = conditions_text(&set.conditions);
@@ -277,18 +285,7 @@ impl std::fmt::Display for GatewayReport {
                 "ListenerSet {}/{} on Gateway {}: {conditions}",
                 set.namespace, set.name, set.gateway
             )?;
-            for listener in &set.listeners {
-                let sockets: Vec<String> =
-                    listener.sockets.iter().map(ToString::to_string).collect();
-                writeln!(
-                    f,
-                    "  listener {} on {}: {} attached route(s); {}",
-                    listener.name,
-                    sockets.join(", "),
-                    listener.attached_routes,
-                    conditions_text(&listener.conditions)
-                )?;
-            }
+            write_listeners(f, &set.listeners)?;
         }
         for route in &self.routes {
             for parent in &route.parents {
