@@ -348,15 +348,19 @@ impl ListenerRules {
     }
 }
 
-/// One listener on a socket: its hostname, its TLS site on an HTTPS socket, and its rules.
+/// One listener on a socket: its protocol, its hostname, its TLS site when it terminates TLS,
+/// and its rules.
 #[derive(Clone, Debug, PartialEq)]
 struct SocketListener {
+    protocol: SocketProtocol,
     hostname: HostPattern,
     site: Option<Arc<TlsSite>>,
     rules: ListenerRules,
 }
 
-/// What a Gateway socket speaks: one protocol per socket, as the listeners bound on it agree.
+/// What a Gateway socket speaks: one protocol per socket, as the listeners bound on it agree;
+/// HTTPS and TLS listeners share a socket, which is then served as HTTPS and hands the
+/// connections whose server name selects a TLS listener to the stream path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SocketProtocol {
     /// HTTP/1.1 and h2c.
@@ -403,6 +407,24 @@ impl SocketProtocol {
     /// Whether requests on the socket are HTTP (routed per request, not per connection).
     pub fn is_http(self) -> bool {
         matches!(self, Self::Http | Self::Https)
+    }
+
+    /// Whether listeners of the two protocols may share one socket: the same protocol, or
+    /// HTTPS and TLS, which the ClientHello's server name tells apart before any byte is
+    /// answered.
+    pub fn shares_socket_with(self, other: Self) -> bool {
+        let tls = |protocol| matches!(protocol, Self::Https | Self::Tls);
+        self == other || (tls(self) && tls(other))
+    }
+
+    /// The protocol a socket is served with when listeners of `self` and `other` share it:
+    /// HTTPS when either is (its server reads the ClientHello and hands TLS listeners' names
+    /// on), the protocol itself otherwise.
+    fn merged_with(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::Https, _) | (_, Self::Https) => Self::Https,
+            _ => self,
+        }
     }
 }
 
@@ -459,8 +481,12 @@ impl GatewaySockets {
 
     /// On a TLS socket: whether the listener a server name (`""` without one) selects passes
     /// the stream through or terminates it; `None` when no listener takes the name.
+    /// On an HTTPS socket shared with TLS listeners, a name that selects an HTTPS listener is
+    /// `None` too: the HTTPS server terminates it.
     pub fn tls_mode(&self, socket: SocketAddr, server_name: &str) -> Option<TlsMode<'_>> {
-        let listener = self.listener(socket, server_name)?;
+        let listener = self
+            .listener(socket, server_name)
+            .filter(|listener| listener.protocol == SocketProtocol::Tls)?;
         Some(match &listener.site {
             Some(site) => TlsMode::Terminate(site),
             None => TlsMode::Passthrough,
@@ -488,6 +514,17 @@ impl GatewaySockets {
         self.connection_lookup((socket, Transport::Datagram), "", draw)
     }
 
+    /// Whether any listener on the HTTPS socket at `socket` is a TLS one: its server then
+    /// keeps the ClientHello's bytes, to hand them on with the connection.
+    pub fn has_tls_listeners(&self, socket: SocketAddr) -> bool {
+        self.0
+            .get(&(socket, Transport::Stream))
+            .is_some_and(|socket| {
+                let tls = |l: &SocketListener| l.protocol == SocketProtocol::Tls;
+                socket.listeners.iter().any(tls)
+            })
+    }
+
     fn connection_lookup(
         &self,
         key: (SocketAddr, Transport),
@@ -499,6 +536,7 @@ impl GatewaySockets {
                 .listeners
                 .iter()
                 .find(|listener| listener.hostname.matches(server_name))
+                .filter(|listener| !listener.protocol.is_http())
         });
         let Some(rule) = listener.and_then(|listener| listener.rules.first(server_name)) else {
             return GatewayOutcome::NoRoute;
@@ -543,7 +581,7 @@ impl GatewaySockets {
                 }
                 served.push(ServedListener {
                     socket: *address,
-                    protocol: socket.protocol,
+                    protocol: listener.protocol,
                     hostname: &listener.hostname,
                     rules: by_host,
                 });
@@ -567,7 +605,9 @@ impl GatewaySockets {
         request: &RequestFacts<'_>,
         draw: impl FnOnce(u32) -> u32,
     ) -> GatewayOutcome<'_> {
-        let listener = self.listener(socket, host);
+        let listener = self
+            .listener(socket, host)
+            .filter(|listener| listener.protocol.is_http());
         let Some(rule) = listener.and_then(|listener| listener.rules.find(host, request)) else {
             return GatewayOutcome::NoRoute;
         };
@@ -597,8 +637,8 @@ pub struct GatewaySocketsBuilder {
 impl GatewaySocketsBuilder {
     /// Adds a listener with `hostname` on `socket`, with its TLS site when it terminates TLS
     /// (HTTPS, or a TLS listener in Terminate mode); a listener already there with the same
-    /// hostname, or a socket of another protocol, is kept (the compiler reports the
-    /// conflict). Says whether it was added.
+    /// hostname, or a socket of a protocol this one cannot share, is kept (the compiler
+    /// reports the conflict). Says whether it was added.
     pub fn add_listener(
         &mut self,
         (socket, protocol): (SocketAddr, SocketProtocol),
@@ -610,10 +650,14 @@ impl GatewaySocketsBuilder {
             protocol,
             listeners: Vec::new(),
         });
-        if entry.protocol != protocol || entry.listeners.iter().any(|l| l.hostname == hostname) {
+        if !entry.protocol.shares_socket_with(protocol)
+            || entry.listeners.iter().any(|l| l.hostname == hostname)
+        {
             return false;
         }
+        entry.protocol = entry.protocol.merged_with(protocol);
         entry.listeners.push(SocketListener {
+            protocol,
             hostname,
             site,
             rules: ListenerRules::default(),

@@ -45,18 +45,22 @@ pub(crate) struct StreamSettings {
     pub metrics: StreamMetrics,
 }
 
-/// A TLS terminator for an HTTPS or TLS socket.
+/// A TLS terminator for an HTTPS or TLS socket; an HTTPS socket's also serves the TLS
+/// listeners that may share it, with `streams`.
 fn terminator(
-    address: SocketAddr,
-    protocol: SocketProtocol,
+    (address, protocol): (SocketAddr, SocketProtocol),
     control: &ControlPlane,
     connect_timeout: std::time::Duration,
+    streams: StreamOptions,
 ) -> Result<Arc<TlsTerminator>, String> {
-    let terminator = TlsTerminator::new(control.table().clone(), connect_timeout)
-        .map_err(|error| error.to_string())?;
+    let new = || {
+        TlsTerminator::new(control.table().clone(), connect_timeout)
+            .map_err(|error| error.to_string())
+    };
+    let stream_side = new()?.for_gateway_stream_socket(address);
     Ok(Arc::new(match protocol {
-        SocketProtocol::Tls => terminator.for_gateway_stream_socket(address),
-        _ => terminator.for_gateway_socket(address),
+        SocketProtocol::Tls => stream_side,
+        _ => new()?.for_gateway_socket(address, stream_side, streams),
     }))
 }
 
@@ -97,10 +101,26 @@ where
             task,
         });
     }
+    // An HTTPS socket's TLS listeners are served as a TLS socket's are.
+    let stream_options = StreamOptions {
+        table: control.table().clone(),
+        socket: address,
+        protocol: match protocol {
+            SocketProtocol::Https => SocketProtocol::Tls,
+            protocol => protocol,
+        },
+        connect_timeout: settings.connect,
+        handshake_timeout: options.client_header_timeout,
+        grace_period: options.grace_period,
+        metrics: settings.metrics.clone(),
+    };
     let tls = match protocol {
-        SocketProtocol::Https | SocketProtocol::Tls => {
-            Some(terminator(address, protocol, control, settings.connect)?)
-        }
+        SocketProtocol::Https | SocketProtocol::Tls => Some(terminator(
+            (address, protocol),
+            control,
+            settings.connect,
+            stream_options.clone(),
+        )?),
         _ => None,
     };
     let listener = bind_listener(address, false).map_err(|error| error.to_string())?;
@@ -114,18 +134,7 @@ where
             tokio::spawn(serve_tls(listener, handler, signal, socket_options, tls))
         }
         (SocketProtocol::Http, _) => tokio::spawn(serve(listener, handler, signal, socket_options)),
-        (_, tls) => {
-            let stream_options = StreamOptions {
-                table: control.table().clone(),
-                socket: address,
-                protocol,
-                connect_timeout: settings.connect,
-                handshake_timeout: options.client_header_timeout,
-                grace_period: options.grace_period,
-                metrics: settings.metrics.clone(),
-            };
-            tokio::spawn(serve_streams(listener, stream_options, tls, signal))
-        }
+        (_, tls) => tokio::spawn(serve_streams(listener, stream_options, tls, signal)),
     };
     Ok(BoundSocket {
         protocol,

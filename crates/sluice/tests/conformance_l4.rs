@@ -836,3 +836,250 @@ async fn udp_route_simple_dns() {
     let accepted = &report["routes"][0]["parents"][0]["conditions"][0];
     assert_eq!(accepted["reason"], "Accepted", "{report}");
 }
+
+/// A pod of the base manifests' `tls-backend` Deployments (echo-basic over TLS): answers every
+/// HTTPS request with its pod name and the server name its client asked for.
+async fn https_echo_pod(pod: &'static str, ip: IpAddr, issued: &IssuedPem) -> SocketAddr {
+    use hyper::service::service_fn;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(issued)));
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let sni = tls.get_ref().1.server_name().unwrap_or("-").to_owned();
+                let service = service_fn(move |_: http::Request<hyper::body::Incoming>| {
+                    let body = format!("{pod} sni={sni}\n");
+                    let body = http_body_util::Full::new(bytes::Bytes::from(body));
+                    async move { Ok::<_, std::convert::Infallible>(http::Response::new(body)) }
+                });
+                let io = hyper_util::rt::TokioIo::new(tls);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Upstream's TLSRouteHostnameIntersection with the base manifests' HTTPS Gateway
+/// `same-namespace-with-https-listener` (its four HTTPS listeners, and HTTPRouteHTTPSListener's
+/// two routes on it) on the same port, as the suite applies both: sluice binds Gateways without
+/// `spec.addresses` at one address, so the four TLS Passthrough Gateways and the HTTPS one share
+/// one socket. The server name picks the most specific listener of either protocol: a TLS one
+/// passes the connection through to its route's pod, untouched; an HTTPS one terminates it and
+/// serves HTTP. The hostless TLS listener cannot be told apart from the older hostless HTTPS
+/// listener and is Conflicted; every other case of the upstream test holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_route_hostname_intersection_beside_the_base_https_gateway() {
+    let ca = TestCa::new("tls-checks-ca-certificate").unwrap();
+    let port = free_port();
+    let ip = gateway_ip(7);
+    // tls-checks-certificate, as the suite makes it (without its spiffe:// name).
+    let backend_certificate = ca
+        .server(&["abc.example.com", "other.example.com"])
+        .unwrap();
+    // tls-validity-checks-certificate: upstream's names are "*", "*.org" and "*.wildcard.org",
+    // of which clients verify only the last; the names the test asks for instead.
+    let listener_certificate = ca
+        .server(&[
+            "example.org",
+            "second-example.org",
+            "non.matching.org",
+            "*.wildcard.org",
+        ])
+        .unwrap();
+    let tls_backend = https_echo_pod("tls-backend-6b8f9-0", pod_ip(60), &backend_certificate).await;
+    let tls_backend_2 =
+        https_echo_pod("tls-backend-2-5d7c4-0", pod_ip(61), &backend_certificate).await;
+    let infra = support::pods_on(
+        &["infra-backend-v1-0", "infra-backend-v2-0"],
+        42,
+        free_port(),
+    )
+    .await;
+    let passthrough = |name: &str, hostname: Option<&str>| {
+        let hostname = hostname
+            .map(|h| format!(", hostname: \"{h}\""))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {INFRA}, creationTimestamp: \"2026-02-01T00:00:00Z\"}}\nspec:\n  gatewayClassName: sluice\n  listeners:\n  - {{name: listener, protocol: TLS, port: {port}{hostname}, allowedRoutes: {{namespaces: {{from: Same}}, kinds: [{{kind: TLSRoute}}]}}, tls: {{mode: Passthrough}}}}\n"
+        )
+    };
+    let route = |name: &str, gateway: &str, hostname: &str, service: &str| {
+        format!("apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  parentRefs: [{{name: {gateway}, namespace: {INFRA}}}]\n  hostnames: [\"{hostname}\"]\n  rules:\n  - backendRefs: [{{name: {service}, port: 443}}]\n")
+    };
+    let https_listener = |name: &str, hostname: Option<&str>| {
+        let hostname = hostname
+            .map(|h| format!(", hostname: \"{h}\""))
+            .unwrap_or_default();
+        format!("  - {{name: {name}, port: {port}, protocol: HTTPS{hostname}, allowedRoutes: {{namespaces: {{from: Same}}}}, tls: {{certificateRefs: [{{group: \"\", kind: Secret, name: tls-validity-checks-certificate, namespace: {INFRA}}}]}}}}\n")
+    };
+    let https_gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: same-namespace-with-https-listener, namespace: {INFRA}, creationTimestamp: \"2026-01-01T00:00:00Z\"}}\nspec:\n  gatewayClassName: sluice\n  listeners:\n{}{}{}{}",
+        https_listener("https", None),
+        https_listener("https-with-hostname", Some("second-example.org")),
+        https_listener("https-with-wildcard-hostname", Some("*.wildcard.org")),
+        https_listener("https-with-hostname-matching-wildcard", Some("fourth-example.wildcard.org")),
+    );
+    let http_route = |name: &str, parent: &str, hostnames: &str, service: &str| {
+        format!("apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  parentRefs: [{parent}]\n  hostnames: [{hostnames}]\n  rules:\n  - backendRefs: [{{name: {service}, port: 8080}}]\n")
+    };
+    let documents = [
+        base(),
+        https_gateway,
+        listener_certificate.secret_yaml(INFRA, "tls-validity-checks-certificate", None),
+        http_route(
+            "httproute-https-test",
+            "{name: same-namespace-with-https-listener}",
+            "example.org",
+            "infra-backend-v1",
+        ),
+        http_route(
+            "httproute-https-test-no-hostname",
+            "{name: same-namespace-with-https-listener, sectionName: https-with-hostname}",
+            "",
+            "infra-backend-v2",
+        ),
+        passthrough("gw-tlsroute-exact-hostname-x-1", Some("abc.example.com")),
+        passthrough(
+            "gw-tlsroute-more-specific-wc-hostname-x-2",
+            Some("*.example.com"),
+        ),
+        passthrough("gw-tlsroute-less-specific-wc-hostname-x-3", Some("*.com")),
+        passthrough("gw-tlsroute-empty-hostname-x-4", None),
+        route(
+            "tlsroute-more-specific-wc-hostname-x-1",
+            "gw-tlsroute-exact-hostname-x-1",
+            "*.example.com",
+            "tls-backend",
+        ),
+        route(
+            "tlsroute-exact-hostname-x-2",
+            "gw-tlsroute-more-specific-wc-hostname-x-2",
+            "abc.example.com",
+            "tls-backend",
+        ),
+        route(
+            "tlsroute-less-specific-wc-hostname-x-2",
+            "gw-tlsroute-more-specific-wc-hostname-x-2",
+            "*.com",
+            "tls-backend-2",
+        ),
+        route(
+            "tlsroute-exact-hostname-x-3",
+            "gw-tlsroute-less-specific-wc-hostname-x-3",
+            "abc.example.com",
+            "tls-backend",
+        ),
+        route(
+            "tlsroute-more-specific-wc-hostname-x-3",
+            "gw-tlsroute-less-specific-wc-hostname-x-3",
+            "*.example.com",
+            "tls-backend-2",
+        ),
+        route(
+            "tlsroute-exact-hostname-x-4",
+            "gw-tlsroute-empty-hostname-x-4",
+            "abc.example.com",
+            "tls-backend",
+        ),
+        route(
+            "tlsroute-less-specific-wc-hostname-x-4",
+            "gw-tlsroute-empty-hostname-x-4",
+            "*.example.com",
+            "tls-backend-2",
+        ),
+        service_on_port("tls-backend", 443, tls_backend),
+        service_on_port("tls-backend-2", 443, tls_backend_2),
+        service_on_port("infra-backend-v1", 8080, infra[0].addr()),
+        service_on_port("infra-backend-v2", 8080, infra[1].addr()),
+    ];
+    let (dir, sluice) = serve(&documents, ip, &[port]).await;
+    let socket = SocketAddr::new(ip, port);
+    let ca_file = support::tls::write_pem(dir.path(), "ca.pem", &ca.cert_pem());
+    let get = |host: &str| {
+        let args = support::tls::https_args(socket, host, "/");
+        let mut all = vec![
+            "--cacert".to_owned(),
+            ca_file.clone(),
+            "-w".to_owned(),
+            " %{http_code}".to_owned(),
+        ];
+        all.extend(args);
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        support::tls::curl(&all)
+    };
+    // Passed through to the pods, which present their own certificate and see the name.
+    assert_eq!(
+        get("abc.example.com"),
+        (
+            0,
+            "tls-backend-6b8f9-0 sni=abc.example.com\n 200".to_owned()
+        )
+    );
+    assert_eq!(
+        get("other.example.com"),
+        (
+            0,
+            "tls-backend-2-5d7c4-0 sni=other.example.com\n 200".to_owned()
+        )
+    );
+    // *.com selects the TLS listener of gw-...-x-3, whose routes do not take the name: closed.
+    expect_rejection(socket, "non.matching.com", &ca.cert_pem()).await;
+    // Names of the HTTPS listeners: terminated with the listener's certificate, HTTP served.
+    assert_eq!(
+        get("example.org"),
+        (0, "infra-backend-v1-0\n 200".to_owned())
+    );
+    assert_eq!(
+        get("second-example.org"),
+        (0, "infra-backend-v2-0\n 200".to_owned())
+    );
+    // No HTTPRoute serves non.matching.org on the hostless HTTPS listener that takes it.
+    let (code, answer) = get("non.matching.org");
+    assert_eq!(code, 0, "{answer}");
+    assert!(answer.ends_with(" 404"), "{answer}");
+    let report: serde_json::Value =
+        serde_json::from_str(&sluice.admin_get("/api/gateways").await.body).unwrap();
+    let listener_reason = |gateway: &str, condition: &str| {
+        let gateway = report["gateways"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == gateway)
+            .unwrap();
+        let conditions = gateway["listeners"][0]["conditions"].as_array().unwrap();
+        let found = conditions.iter().find(|c| c["type"] == condition).unwrap();
+        format!(
+            "{} {}",
+            found["status"].as_str().unwrap(),
+            found["reason"].as_str().unwrap()
+        )
+    };
+    assert_eq!(
+        listener_reason("gw-tlsroute-exact-hostname-x-1", "Programmed"),
+        "True Programmed"
+    );
+    assert_eq!(
+        listener_reason("same-namespace-with-https-listener", "Programmed"),
+        "True Programmed"
+    );
+    assert_eq!(
+        listener_reason("gw-tlsroute-empty-hostname-x-4", "Conflicted"),
+        "True HostnameConflict"
+    );
+}
+
+/// A Service `name` in the infra namespace with one port, its endpoint `pod`.
+fn service_on_port(name: &str, port: u16, pod: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  selector: {{app: {name}}}\n  ports: [{{protocol: TCP, port: {port}, targetPort: {}}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-0, namespace: {INFRA}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{{port: {}}}]\nendpoints: [{{addresses: [\"{}\"]}}]\n",
+        pod.port(), pod.port(), pod.ip()
+    )
+}

@@ -319,6 +319,7 @@ async fn prepare<H: Handler>(
                 tracing::debug!(%peer, %error, "passthrough connection failed");
             }
         }
+        Ok(Ok(Handshake::TlsListener(io))) => tls.serve_tls_listener(io).await,
         Ok(Err(error)) => {
             metrics.handshakes_failed.inc();
             tracing::debug!(%peer, %error, "TLS handshake failed");

@@ -78,7 +78,6 @@ async fn serve_stream(
     tls: Option<&TlsTerminator>,
 ) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let protocol = options.protocol.as_str();
     let outcome = match tls.filter(|_| options.protocol == SocketProtocol::Tls) {
         None => {
             let table = options.table.load();
@@ -95,9 +94,27 @@ async fn serve_stream(
                 Err((name, error)) => (name, Err(Refused(error))),
             }
         }
-        Some(tls) => serve_tls_stream(stream, options, tls).await,
+        Some(tls) => serve_tls_stream(Rewound::new(stream, Bytes::new()), options, tls).await,
     };
-    let (name, result) = outcome;
+    count(outcome, options)
+}
+
+/// Serves a connection that a Gateway HTTPS socket handed over because its server name
+/// selects one of the TLS listeners sharing the socket: `io` replays the ClientHello.
+pub(crate) async fn serve_handed_over(
+    io: Rewound<TcpStream>,
+    options: &StreamOptions,
+    tls: &TlsTerminator,
+) {
+    let outcome = serve_tls_stream(io, options, tls).await;
+    if let Err(error) = count(outcome, options) {
+        tracing::debug!(socket = %options.socket, %error, "stream connection ended");
+    }
+}
+
+/// Counts a connection under its route by how it went.
+fn count((name, result): Outcome, options: &StreamOptions) -> io::Result<()> {
+    let protocol = options.protocol.as_str();
     let route = name.as_deref().unwrap_or("");
     let metrics = &options.metrics;
     match result {
@@ -138,24 +155,20 @@ type Outcome = (Option<Arc<str>>, Result<(), StreamError>);
 /// The TLS side of [`serve_stream`]: the ClientHello routed before it is answered, then
 /// passed through or terminated.
 async fn serve_tls_stream(
-    stream: TcpStream,
+    io: Rewound<TcpStream>,
     options: &StreamOptions,
     tls: &TlsTerminator,
 ) -> Outcome {
     let socket = options.socket;
     // Set when routing refused the connection (and to the route, when one took it).
     let mut refused: Option<Option<Arc<str>>> = None;
-    let handshake =
-        tls.stream_handshake(
-            Rewound::new(stream, Bytes::new()),
-            |table, name| match route(table, socket, name) {
-                Ok((route, backend, policy)) => Ok((route, (backend.id().clone(), policy))),
-                Err((route, error)) => {
-                    refused = Some(route);
-                    Err(error)
-                }
-            },
-        );
+    let handshake = tls.stream_handshake(io, |table, name| match route(table, socket, name) {
+        Ok((route, backend, policy)) => Ok((route, (backend.id().clone(), policy))),
+        Err((route, error)) => {
+            refused = Some(route);
+            Err(error)
+        }
+    });
     let handshake = tokio::time::timeout(options.handshake_timeout, handshake).await;
     let ((name, (backend, policy)), handshake) = match handshake {
         Ok(Ok(done)) => done,

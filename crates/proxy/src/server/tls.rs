@@ -27,6 +27,10 @@ pub(crate) enum Handshake {
     /// A passthrough host: the connection is to be spliced to the host's backend, replaying
     /// what was read.
     Passthrough(Passthrough),
+    /// On a Gateway HTTPS socket shared with TLS listeners, a server name that selects a TLS
+    /// listener: the connection, with what was read to be read again, goes to the stream path
+    /// ([`TlsTerminator::serve_tls_listener`]).
+    TlsListener(Rewound<TcpStream>),
 }
 
 /// A connection for a passthrough host, its ClientHello read but not answered.
@@ -62,6 +66,16 @@ pub struct TlsTerminator {
     /// ALPN `h2` and `http/1.1` offered: not on a TLS socket, whose decrypted bytes go to a
     /// backend sluice does not speak HTTP to.
     alpn: bool,
+    /// On a Gateway HTTPS socket: how the connections of the TLS listeners that share it are
+    /// served.
+    tls_listeners: Option<TlsListeners>,
+}
+
+/// The TLS listeners' side of a Gateway HTTPS socket: their terminator (no ALPN) and the
+/// stream path's options.
+struct TlsListeners {
+    terminator: Arc<TlsTerminator>,
+    options: Arc<super::stream::StreamOptions>,
 }
 
 /// A site's server configuration, and the check of client certificates when it asks for them.
@@ -101,6 +115,7 @@ impl TlsTerminator {
             connect_timeout,
             gateway_socket: None,
             alpn: true,
+            tls_listeners: None,
         })
     }
 
@@ -157,17 +172,53 @@ impl TlsTerminator {
     }
 
     /// This terminator for the Gateway HTTPS socket bound at `socket`: each handshake gets
-    /// the certificate of the listener its server name selects (none passes through).
-    pub fn for_gateway_socket(mut self, socket: std::net::SocketAddr) -> Self {
+    /// the certificate of the HTTPS listener its server name selects; a name that selects a
+    /// TLS listener sharing the socket is served by `tls_listeners` (a terminator made with
+    /// [`Self::for_gateway_stream_socket`]) with `options`.
+    pub fn for_gateway_socket(
+        mut self,
+        socket: std::net::SocketAddr,
+        tls_listeners: TlsTerminator,
+        options: super::stream::StreamOptions,
+    ) -> Self {
         self.gateway_socket = Some(socket);
+        self.tls_listeners = Some(TlsListeners {
+            terminator: Arc::new(tls_listeners),
+            options: Arc::new(options),
+        });
         self
+    }
+
+    /// Serves a connection that [`Self::handshake`] handed over as
+    /// [`Handshake::TlsListener`]: its ClientHello is read again, and it is routed, passed
+    /// through or terminated, and spliced as on a socket of TLS listeners alone.
+    pub(crate) async fn serve_tls_listener(&self, io: Rewound<TcpStream>) {
+        let Some(side) = &self.tls_listeners else {
+            return;
+        };
+        super::stream::serve_handed_over(io, &side.options, &side.terminator).await;
+    }
+
+    /// Whether the ClientHello's server name selects a TLS listener sharing this Gateway
+    /// HTTPS socket.
+    fn selects_tls_listener(&self, table: &RoutingTable, server_name: Option<&str>) -> bool {
+        let Some(socket) = self.gateway_socket.filter(|_| self.tls_listeners.is_some()) else {
+            return false;
+        };
+        let gateways = table.gateways();
+        gateways
+            .tls_mode(socket, server_name.unwrap_or(""))
+            .is_some()
     }
 
     /// Reads the ClientHello and completes the handshake, or splices a passthrough host.
     pub(crate) async fn handshake(&self, mut io: Rewound<TcpStream>) -> io::Result<Handshake> {
         let table = self.table.load();
         let passthrough = self.gateway_socket.is_none() && table.tls().has_passthrough();
-        if passthrough {
+        let shared = self.tls_listeners.is_some()
+            && (self.gateway_socket)
+                .is_some_and(|socket| table.gateways().has_tls_listeners(socket));
+        if passthrough || shared {
             io.record();
         }
         let mut start = LazyConfigAcceptor::new(Acceptor::default(), io).await?;
@@ -175,6 +226,12 @@ impl TlsTerminator {
             .client_hello()
             .server_name()
             .map(|name| name.to_ascii_lowercase().into_boxed_str());
+        if shared && self.selects_tls_listener(&table, sni.as_deref()) {
+            let (socket, mut replay, unread) = start.io.into_parts();
+            replay.extend_from_slice(&unread);
+            let io = Rewound::new(socket, Bytes::from(replay));
+            return Ok(Handshake::TlsListener(io));
+        }
         if let Some(host) = sni
             .as_ref()
             .filter(|name| passthrough && table.passthrough(name).is_some())

@@ -438,9 +438,10 @@ fn claim_key(socket: SocketAddr, protocol: Option<SocketProtocol>) -> (SocketAdd
     (socket, protocol == Some(SocketProtocol::Udp))
 }
 
-/// Claims the listener's sockets and hostname; a socket another listener holds with the
-/// other protocol, or another listener of the same Gateway with the same hostname, makes this
-/// one Conflicted and not programmed. Listeners of different Gateways with the same address,
+/// Claims the listener's sockets and hostname; a socket another listener holds with a
+/// protocol this one cannot share (HTTPS and TLS can), another listener of the same Gateway
+/// with the same hostname, or one of another protocol with the same hostname, makes this one
+/// Conflicted and not programmed. Listeners of different Gateways with the same address,
 /// port and hostname cannot be told apart: they merge, and the socket serves the routes of
 /// both.
 pub(super) fn claim_sockets(plan: &mut ListenerPlan<'_>, claimed: &mut ClaimedSockets) {
@@ -448,16 +449,20 @@ pub(super) fn claim_sockets(plan: &mut ListenerPlan<'_>, claimed: &mut ClaimedSo
         let holders = claimed.get(&claim_key(*socket, plan.protocol))?;
         if holders
             .iter()
-            .any(|(protocol, _, _)| *protocol != plan.protocol)
+            .any(|(protocol, _, _)| !shares_socket(*protocol, plan.protocol))
         {
             return Some((
                 "ProtocolConflict",
                 format!("{socket} is served with another protocol"),
             ));
         }
+        // Listeners of different Gateways merge by hostname only when they speak the same
+        // protocol: an HTTPS and a TLS listener with one hostname cannot be told apart.
         holders
             .iter()
-            .any(|(_, host, gateway)| *host == plan.hostname && *gateway == plan.gateway)
+            .any(|(protocol, host, gateway)| {
+                *host == plan.hostname && (*gateway == plan.gateway || *protocol != plan.protocol)
+            })
             .then(|| {
                 (
                     "HostnameConflict",
@@ -491,6 +496,15 @@ pub(super) fn claim_sockets(plan: &mut ListenerPlan<'_>, claimed: &mut ClaimedSo
                 plan.gateway,
             ));
         }
+    }
+}
+
+/// Whether listeners of the two protocols may share a socket (see
+/// [`SocketProtocol::shares_socket_with`]).
+fn shares_socket(a: Option<SocketProtocol>, b: Option<SocketProtocol>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.shares_socket_with(b),
+        (a, b) => a == b,
     }
 }
 
