@@ -279,3 +279,51 @@ async fn gateway_frontend_client_certificate_validation_insecure_fallback() {
         }
     }
 }
+
+/// The Gateway's frontend validation covers a port however a listener gets there: a
+/// ListenerSet's HTTPS listener on the Gateway's per-port-validated port asks for and checks
+/// client certificates of that port's CA, as the Gateway's own listener there does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_set_listener_gets_its_gateways_frontend_validation() {
+    let v1 = EchoBackend::start("infra-backend-v1-0", pod_ip(64))
+        .await
+        .unwrap();
+    let certificates = Certificates::new();
+    let ports = [free_port(), free_port()];
+    let ip = gateway_ip(3);
+    let mut documents = certificates.documents();
+    let gateway = gateway("client-validation-default", false, (ports[0], ports[1])).replace(
+        "  gatewayClassName: sluice\n",
+        "  gatewayClassName: sluice\n  allowedListeners: {namespaces: {from: Same}}\n",
+    );
+    documents.extend([
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: sluice}\nspec: {controllerName: sluice.dev/gateway-controller}\n".to_owned(),
+        gateway,
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {{name: added-https, namespace: {INFRA}}}\nspec:\n  parentRef: {{name: client-validation-default, kind: Gateway, group: gateway.networking.k8s.io}}\n  listeners:\n  - name: https-added\n    port: {}\n    hostname: example.org\n    protocol: HTTPS\n    allowedRoutes: {{namespaces: {{from: Same}}}}\n    tls:\n      certificateRefs: [{{group: \"\", kind: Secret, name: tls-validity-checks-certificate}}]\n",
+            ports[1]
+        ),
+        route(
+            "through-the-listener-set",
+            "{name: added-https, kind: ListenerSet, group: gateway.networking.k8s.io}",
+            "  hostnames: [example.org]\n",
+            "infra-backend-v1",
+        ),
+        backend("infra-backend-v1", v1.addr()),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let _sluice = start(&documents, dir.path(), ip, ports).await;
+    let per_port_client =
+        certificates.curl_args(Some(("per-port-client", &certificates.per_port_ca)));
+    let default_client = certificates.curl_args(Some(("client", &certificates.default_ca)));
+    let no_client = certificates.curl_args(None);
+
+    let (code, body) = get(ip, ports[1], "example.org", &per_port_client);
+    assert_eq!(code, 0, "{body}");
+    assert!(body.contains("infra-backend-v1"), "{body}");
+    let (code, body) = get(ip, ports[1], "example.org", &no_client);
+    assert_ne!(code, 0, "no client certificate must fail: {body}");
+    let (code, body) = get(ip, ports[1], "example.org", &default_client);
+    assert_ne!(code, 0, "another port's CA must fail: {body}");
+    assert_eq!(v1.requests(), 1, "only the valid client reached the pod");
+}

@@ -1,5 +1,6 @@
 //! ListenerSets: listeners added to a served Gateway that allows them (`spec.allowedListeners`), planned on the Gateway's addresses after its own listeners, oldest set first, with their status.
 
+use super::frontend::{client_auth, refuse_listener, validation_for};
 use super::*;
 use crate::gateway::status::ListenerSetStatus;
 use crate::gateway::ListenerSet;
@@ -109,6 +110,16 @@ pub(super) fn plan_listener_set<'a>(
         let mut plan = plan_listener(served.gateway, listener, &gateway.addresses, certificate);
         plan.set = Some(index);
         plan.namespace = &served.key.namespace;
+        // The parent Gateway's frontend validation covers its ports, whoever adds the
+        // listener: a ListenerSet cannot open a port the Gateway guards without the check.
+        let validation = validation_for(gateway.gateway, listener);
+        if let Some(validation) = validation.filter(|_| terminates_tls(listener)) {
+            let context = (inputs.snapshot, gateway.key);
+            match client_auth(validation, context, sinks.tls) {
+                Ok(auth) => plan.client_auth = Some(auth),
+                Err(problem) => refuse_listener(&mut plan, problem),
+            }
+        }
         if plan.accepted() {
             claim_sockets(&mut plan, claimed);
         }
