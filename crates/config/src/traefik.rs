@@ -91,7 +91,7 @@ pub struct MiddlewareSpec {
     pub retry: Option<RetrySpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<ChainSpec>,
-    /// Accepted as it is: sluice does not compress yet.
+    /// Read for its `encodings`; sluice applies its own rules for what is compressed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compress: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

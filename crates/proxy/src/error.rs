@@ -76,6 +76,8 @@ pub enum ResponseBodyError {
     Read(#[source] UpstreamError),
     #[error("the endpoint sent more body than its Content-Length declared")]
     LongerThanDeclared,
+    #[error("compressing the response body failed")]
+    Coding,
 }
 
 impl ProxyError {

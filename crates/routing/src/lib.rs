@@ -8,6 +8,7 @@ mod access;
 mod attached;
 mod backend;
 mod canary;
+mod compression;
 mod gateway;
 mod host;
 pub mod middleware;
@@ -26,6 +27,7 @@ pub use backend::{
     EndpointSet,
 };
 pub use canary::CanaryRule;
+pub use compression::{Coding, Codings, Compression};
 pub use gateway::{
     GatewayOutcome, GatewayRule, GatewaySocket, GatewaySockets, GatewaySocketsBuilder, HostPattern,
     RequestFacts, RequestMatch, RuleAction, RulePrecedence, ServedListener, SocketProtocol,

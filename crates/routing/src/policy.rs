@@ -70,6 +70,10 @@ pub struct RoutePolicy {
     /// request filters and the access phase.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub middlewares: Vec<crate::middleware::Middleware>,
+    /// Response compression: the proxy's default, or what an annotation or a Traefik
+    /// `compress` middleware chose.
+    #[serde(skip_serializing_if = "crate::Compression::is_default")]
+    pub compression: crate::Compression,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,

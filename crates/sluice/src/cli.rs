@@ -182,6 +182,11 @@ pub struct ProxyArgs {
     /// The most response bytes held at once, across all requests; past it responses stream.
     #[arg(long, default_value = "64m", value_parser = parse_size_flag, value_name = "SIZE")]
     pub response_retry_buffer_total: u64,
+    /// Compresses compressible responses for clients that accept it: `off`, or a comma list
+    /// of `gzip`, `br` and `zstd`. An Ingress's `sluice.dev/compression` and a Traefik
+    /// `compress` middleware choose for their routes.
+    #[arg(long, default_value = "off", value_parser = sluice_routing::Codings::parse, value_name = "LIST|off")]
+    pub compression: sluice_routing::Codings,
 }
 
 /// `--listen-tls`: an address, or `None` for `off`.
@@ -221,6 +226,7 @@ impl ProxyArgs {
             websocket_idle_timeout: self.websocket_idle_timeout,
             response_retry_buffer: self.response_retry_buffer,
             response_retry_buffer_total: self.response_retry_buffer_total,
+            compression: self.compression,
         }
     }
 
@@ -613,6 +619,8 @@ mod tests {
             "0",
             "--response-retry-buffer-total",
             "1m",
+            "--compression",
+            "gzip,zstd",
             "--trusted-proxies",
             "10.0.0.0/8,192.0.2.1",
         ]);
@@ -623,6 +631,7 @@ mod tests {
         assert_eq!(proxy.max_body_size, Some(8 << 20));
         assert_eq!(proxy.response_retry_buffer, 0);
         assert_eq!(proxy.response_retry_buffer_total, 1 << 20);
+        assert_eq!(proxy.compression.to_string(), "zstd,gzip");
         assert!(proxy.trusted_proxies.contains("10.1.2.3".parse().unwrap()));
         assert!(!proxy.trusted_proxies.contains("11.0.0.1".parse().unwrap()));
         for bad in [

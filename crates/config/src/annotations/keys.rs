@@ -117,10 +117,12 @@ pub(crate) enum Setting {
     CustomHeaders,
     /// sluice's own; read under `sluice.dev/` only.
     IgnoreSnippets,
+    /// sluice's own; read under `sluice.dev/` only.
+    Compression,
 }
 
 impl Setting {
-    const ALL: [Setting; 95] = [
+    const ALL: [Setting; 96] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -216,6 +218,7 @@ impl Setting {
         Self::CustomHttpErrors,
         Self::CustomHeaders,
         Self::IgnoreSnippets,
+        Self::Compression,
     ];
 
     /// The session-cookie attributes, which only mean something with `affinity: cookie`.
@@ -328,6 +331,7 @@ impl Setting {
             Self::CustomHttpErrors => "custom-http-errors",
             Self::CustomHeaders => "custom-headers",
             Self::IgnoreSnippets => "ignore-snippets",
+            Self::Compression => "compression",
         }
     }
 
@@ -347,6 +351,7 @@ impl Setting {
                 | Self::TrailingSlashRedirect
                 | Self::LimitStatusCode
                 | Self::IgnoreSnippets
+                | Self::Compression
         )
     }
 }

@@ -258,6 +258,17 @@ pub(crate) fn ingress_policy(
                 parse_bool,
             )
             .is_some_and(|enabled| !enabled),
+        compression: report
+            .parse(
+                keys.get(Setting::Compression),
+                "off, or a comma list of gzip, br and zstd",
+                "the proxy's default (--compression) applies",
+                |value| sluice_routing::Codings::parse(value).ok(),
+            )
+            .map_or(
+                sluice_routing::Compression::Default,
+                sluice_routing::Compression::Codings,
+            ),
         ..RoutePolicy::default()
     };
     buffering_notes(&keys, &mut report);

@@ -317,6 +317,29 @@ mod tests {
     }
 
     #[test]
+    fn compression_is_read_from_sluice_dev_compression_and_a_bad_list_keeps_the_default() {
+        use sluice_routing::{Codings, Compression};
+        let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.10, ports: [{port: 80}]}\n";
+        let text = ingress("a", "sluice.dev/compression: \"gzip, br\"")
+            + &ingress("b", "sluice.dev/compression: \"off\"")
+            + &ingress("c", "sluice.dev/compression: deflate")
+            + &ingress("d", "nginx.ingress.kubernetes.io/compression: gzip")
+            + service;
+        let by_ingress = policies(&text);
+        let found: Vec<Compression> = by_ingress.iter().map(|(_, r)| r[0].compression).collect();
+        let gzip_br = Codings::parse("gzip,br").unwrap_or_default();
+        assert_eq!(
+            found,
+            [
+                Compression::Codings(gzip_br),
+                Compression::Codings(Codings::NONE),
+                Compression::Default,
+                Compression::Default,
+            ]
+        );
+    }
+
+    #[test]
     fn the_upstream_protocol_comes_from_the_ingress_then_the_service_then_app_protocol() {
         use sluice_routing::UpstreamProtocol;
         let services = "apiVersion: v1\nkind: Service\nmetadata: {name: web, annotations: {traefik.ingress.kubernetes.io/service.serversscheme: h2c}}\nspec: {clusterIP: 10.96.0.10, ports: [{port: 80, appProtocol: https}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: native}\nspec: {clusterIP: 10.96.0.11, ports: [{port: 80, appProtocol: kubernetes.io/h2c}]}\n---\n";

@@ -23,6 +23,8 @@ pub(crate) trait Host: Send + Sync {
     type Body: Sync;
     /// What choosing an endpoint and sending came back with: an answer, or why none came.
     type Outcome: Send;
+    /// A content coding of the response body on its way to the client (compression).
+    type Coding: Send;
 }
 
 /// A hook's result that may still be waiting: most hooks are done at once, and only those
@@ -106,6 +108,17 @@ pub(crate) trait Filter<H: Host>: Send + Sync {
         _response: &mut response::Parts,
         _host: &H,
     ) {
+    }
+
+    /// Response body: once every response filter has run, may code an endpoint's body on its
+    /// way to the client (and set the head to say so); the first filter that does wins.
+    fn on_response_body(
+        &self,
+        _context: &mut RequestContext<'_>,
+        _response: &mut response::Parts,
+        _host: &H,
+    ) -> Option<H::Coding> {
+        None
     }
 
     /// Log: every answer, an endpoint's or the proxy's own, just before it goes out.

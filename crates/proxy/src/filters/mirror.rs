@@ -275,7 +275,7 @@ mod tests {
         };
         let mut scene = Scene::new(policy);
         assert!(
-            Filters::of(&scene.policy).keeps_body(),
+            Filters::of(&scene.policy, &scene.services).keeps_body(),
             "the body is kept for the copy"
         );
         let client_request = request("POST", "/orders?id=7");

@@ -7,6 +7,7 @@
 //! reads; the phase driver does not change.
 
 pub(crate) mod access;
+pub(crate) mod compression;
 pub(crate) mod contract;
 pub(crate) mod cors;
 pub(crate) mod error_pages;

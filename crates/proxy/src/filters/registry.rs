@@ -2,10 +2,10 @@
 
 use sluice_routing::RoutePolicy;
 
-use super::services::RouteFilter;
+use super::services::{RouteFilter, Services};
 use super::{
-    access, cors, error_pages, fail_closed, header_edits, hsts, limits, mirror, redirect, session,
-    source_ranges, traefik,
+    access, compression, cors, error_pages, fail_closed, header_edits, hsts, limits, mirror,
+    redirect, session, source_ranges, traefik,
 };
 
 /// A route's filters in the order they run, built from its policy once and kept on it.
@@ -17,14 +17,16 @@ pub(crate) struct Filters {
 
 impl Filters {
     /// The filters of `policy`, built on first use and kept on the policy.
-    pub(crate) fn of(policy: &RoutePolicy) -> &Filters {
+    /// `services` gives the proxy-wide settings a route may leave to it (`--compression`);
+    /// they do not change while the process runs.
+    pub(crate) fn of<'p>(policy: &'p RoutePolicy, services: &Services) -> &'p Filters {
         static NONE: Filters = Filters {
             chain: Vec::new(),
             keeps_body: false,
         };
         policy
             .filters
-            .get_or_attach(|| Self::build(policy))
+            .get_or_attach(|| Self::build(policy, services))
             .unwrap_or(&NONE)
     }
 
@@ -42,9 +44,9 @@ impl Filters {
     /// the annotations (fail closed first, then the server's `app-root`, the location's
     /// redirect, the HTTPS redirect, the limits and source ranges), CORS, an HTTPRoute rule's
     /// redirect, the edits of the heads, session affinity, HSTS, Traefik's middlewares, then
-    /// the filters that copy the request, grant access, or replace the answer. Every phase
-    /// runs the chain in this order.
-    fn build(policy: &RoutePolicy) -> Self {
+    /// the filters that copy the request, grant access, or replace the answer, and last the
+    /// compression of what goes out. Every phase runs the chain in this order.
+    fn build(policy: &RoutePolicy, services: &Services) -> Self {
         let mut chain: Vec<RouteFilter> = Vec::new();
         let mut add = |filter: Option<RouteFilter>| chain.extend(filter);
         add(fail_closed::FailClosed::of(policy));
@@ -63,6 +65,7 @@ impl Filters {
         add(mirror::Mirrors::of(policy));
         add(access::Access::of(policy));
         add(error_pages::ErrorPages::of(policy));
+        add(compression::Compress::of(policy, services.compression));
         let keeps_body = chain.iter().any(|filter| filter.keeps_body());
         Self { chain, keeps_body }
     }

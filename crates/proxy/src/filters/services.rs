@@ -9,6 +9,7 @@ use crate::error::ProxyError;
 use crate::upstream::attempt::{Answer, AttemptSettings};
 use crate::upstream::outbound::OutboundClient;
 use crate::upstream::request_body::RequestBody;
+use crate::upstream::response_body::BodyCoding;
 use crate::upstream::retry_buffer::RetryBuffer;
 use crate::upstream::runtime::Runtime;
 use crate::upstream::session_key::SessionKey;
@@ -24,6 +25,58 @@ pub(crate) struct Services {
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) retry_buffer: RetryBuffer,
     pub(crate) timeouts: AttemptTimeouts,
+    /// The codings of routes that leave compression to the proxy (`--compression`).
+    pub(crate) compression: sluice_routing::Codings,
+    /// The memory all compressing responses may take together.
+    pub(crate) compression_budget: MemoryBudget,
+}
+
+/// The most memory the compressors of all responses in flight may hold together: 256 MiB, at
+/// least 128 Brotli or zstd streams and 800 gzip ones at once. A response that would go over
+/// it goes out as the endpoint sent it.
+pub(crate) const COMPRESSION_MEMORY: usize = 256 << 20;
+
+/// A share of memory taken and given back by many requests at once: what is taken is
+/// returned when its [`MemoryShare`] drops.
+#[derive(Clone, Debug)]
+pub(crate) struct MemoryBudget {
+    left: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl MemoryBudget {
+    pub(crate) fn new(bytes: usize) -> Self {
+        Self {
+            left: Arc::new(std::sync::atomic::AtomicUsize::new(bytes)),
+        }
+    }
+
+    /// Takes `bytes`, or `None` when less is left.
+    pub(crate) fn take(&self, bytes: usize) -> Option<MemoryShare> {
+        use std::sync::atomic::Ordering;
+        self.left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                left.checked_sub(bytes)
+            })
+            .ok()
+            .map(|_| MemoryShare {
+                budget: self.left.clone(),
+                bytes,
+            })
+    }
+}
+
+/// Memory taken from a [`MemoryBudget`], given back on drop.
+#[derive(Debug)]
+pub(crate) struct MemoryShare {
+    budget: Arc<std::sync::atomic::AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for MemoryShare {
+    fn drop(&mut self) {
+        self.budget
+            .fetch_add(self.bytes, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// The proxy-wide timeouts of an attempt.
@@ -62,6 +115,7 @@ impl Services {
 impl Host for Services {
     type Body = RequestBody;
     type Outcome = Result<Answer, ProxyError>;
+    type Coding = Box<dyn BodyCoding>;
 }
 
 /// One filter as the chain holds it.

@@ -87,6 +87,10 @@ impl Scene {
                     body_idle: Duration::from_secs(5),
                     upstream_idle: Duration::from_secs(60),
                 },
+                compression: sluice_routing::Codings::NONE,
+                compression_budget: super::services::MemoryBudget::new(
+                    super::services::COMPRESSION_MEMORY,
+                ),
             },
             connection: Connection {
                 client,
@@ -240,7 +244,7 @@ impl Scene {
             peer_trusted: false,
             held: std::mem::take(&mut self.held),
         };
-        let filters = Filters::of(&self.policy);
+        let filters = Filters::of(&self.policy, &self.services);
         let result = hooks(filters.chain(), &mut context, &self.services);
         self.pinned = context.pinned;
         self.slots = context.slots;

@@ -32,7 +32,7 @@ use crate::connection::ClientInfo;
 use crate::error::ProxyError;
 use crate::filters::contract::{Connection, LocalAnswer, RequestContext, Slots};
 use crate::filters::registry::Filters;
-use crate::filters::services::{AttemptTimeouts, Services};
+use crate::filters::services::{AttemptTimeouts, MemoryBudget, Services, COMPRESSION_MEMORY};
 use crate::shutdown::ShutdownSignal;
 use crate::telemetry;
 use crate::telemetry::access_log::{AccessLog, AccessRecord};
@@ -90,6 +90,8 @@ impl Proxy {
                 body_idle: options.body_idle_timeout,
                 upstream_idle: options.upstream_idle_timeout,
             },
+            compression: options.compression,
+            compression_budget: MemoryBudget::new(COMPRESSION_MEMORY),
         };
         Self {
             table,
@@ -191,7 +193,7 @@ impl Proxy {
         let (mut parts, body) = request.into_parts();
         let inbound = Inbound::read(&parts)?;
         let target = route_request(client, &inbound, &parts, context)?;
-        let filters = Filters::of(target.policy);
+        let filters = Filters::of(target.policy, services);
         // 2. Request filters.
         for filter in filters.chain() {
             filter.on_request(context, &parts, services)?;
@@ -297,7 +299,7 @@ impl Proxy {
             .insert(X_REQUEST_ID, context.request_id.clone());
         if let Some(filters) = context
             .target
-            .map(|target| Filters::of(target.policy))
+            .map(|target| Filters::of(target.policy, &self.services))
             .filter(|filters| !filters.chain().is_empty())
         {
             let (mut head, body) = response.into_parts();

@@ -45,6 +45,9 @@ pub struct ProxyOptions {
     pub response_retry_buffer: u64,
     /// The most response bytes held at once, across all requests.
     pub response_retry_buffer_total: u64,
+    /// The codings responses are compressed with where a route does not choose
+    /// (`--compression`; empty: off).
+    pub compression: sluice_routing::Codings,
 }
 
 /// `--websocket-idle-timeout`.
@@ -64,6 +67,7 @@ impl Default for ProxyOptions {
             websocket_idle_timeout: DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
             response_retry_buffer: DEFAULT_RESPONSE_RETRY_BUFFER,
             response_retry_buffer_total: DEFAULT_RESPONSE_RETRY_BUFFER_TOTAL,
+            compression: sluice_routing::Codings::NONE,
         }
     }
 }

@@ -42,7 +42,12 @@ pub(crate) fn respond(
         filter.on_response(context, &mut head, services);
     }
     let Some((client, protocol)) = switched else {
-        return Response::from_parts(head, Either::Left(TrackedBody::new(body)));
+        let coding = filters
+            .chain()
+            .iter()
+            .find_map(|filter| filter.on_response_body(context, &mut head, services));
+        let body = TrackedBody::new(body).coded(coding);
+        return Response::from_parts(head, Either::Left(body));
     };
     if let Some(protocol) = protocol {
         restore_upgrade_headers(&mut head.headers, protocol);

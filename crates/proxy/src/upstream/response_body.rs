@@ -218,14 +218,34 @@ impl HeldBody {
     }
 }
 
-/// A response body on its way to the client: the endpoint's, streaming or held, with the
-/// request's log phase recorded when it ends.
+/// A content coding applied to a response body as it streams (compression): each chunk is
+/// coded and flushed, so the client can decode everything sent so far.
+pub(crate) trait BodyCoding: Send {
+    /// The coded form of `chunk`, flushed.
+    fn code(&mut self, chunk: &[u8]) -> std::io::Result<Bytes>;
+    /// The coding's last bytes, once the body has ended.
+    fn finish(&mut self) -> std::io::Result<Bytes>;
+}
+
+/// A body being coded: the coding, and where it stands.
+struct Coded {
+    coding: Box<dyn BodyCoding>,
+    /// The coding's end has been sent.
+    finished: bool,
+    /// The endpoint's trailers, sent after the coding's last bytes.
+    trailers: Option<http::HeaderMap>,
+}
+
+/// A response body on its way to the client: the endpoint's, streaming or held, perhaps
+/// coded, with the request's log phase recorded when it ends.
 pub struct TrackedBody {
     body: EndpointBody,
-    /// Body bytes passed on so far.
+    /// Body bytes passed on so far (coded bytes, when coded).
     sent: u64,
     /// The request's metrics and access-log line, recorded when the body ends or drops.
     completion: Option<Completion>,
+    /// The content coding the response filters chose, if any.
+    coded: Option<Box<Coded>>,
 }
 
 impl TrackedBody {
@@ -234,6 +254,75 @@ impl TrackedBody {
             body,
             sent: 0,
             completion: None,
+            coded: None,
+        }
+    }
+
+    /// The body coded with `coding` on its way out, when there is one.
+    pub(crate) fn coded(mut self, coding: Option<Box<dyn BodyCoding>>) -> Self {
+        self.coded = coding.map(|coding| {
+            Box::new(Coded {
+                coding,
+                finished: false,
+                trailers: None,
+            })
+        });
+        self
+    }
+
+    /// The endpoint's next frame, as it comes.
+    fn poll_endpoint(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ResponseBodyError>>> {
+        match &mut self.body {
+            EndpointBody::Streaming(body) => {
+                let polled = body.poll_watched(cx);
+                match &polled {
+                    Poll::Ready(Some(Err(_))) => body.cut_off(),
+                    Poll::Ready(None) => body.completed(),
+                    _ => {}
+                }
+                polled
+            }
+            EndpointBody::Held(body) => Poll::Ready(body.poll_frame().map(Ok)),
+        }
+    }
+
+    /// The next frame of a coded body: each data frame coded, then the coding's end, then
+    /// the endpoint's trailers.
+    fn poll_coded(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ResponseBodyError>>> {
+        loop {
+            if let Some(coded) = self.coded.as_mut().filter(|coded| coded.finished) {
+                return Poll::Ready(coded.trailers.take().map(|t| Ok(Frame::trailers(t))));
+            }
+            let polled = std::task::ready!(self.poll_endpoint(cx));
+            let Some(coded) = self.coded.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let output = match polled {
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => coded.coding.code(&data),
+                    Err(frame) => {
+                        coded.trailers = frame.into_trailers().ok();
+                        coded.finished = true;
+                        coded.coding.finish()
+                    }
+                },
+                None => {
+                    coded.finished = true;
+                    coded.coding.finish()
+                }
+            };
+            match output {
+                Ok(bytes) if bytes.is_empty() => continue,
+                Ok(bytes) => return Poll::Ready(Some(Ok(Frame::data(bytes)))),
+                Err(_) => return Poll::Ready(Some(Err(ResponseBodyError::Coding))),
+            }
         }
     }
 
@@ -260,17 +349,9 @@ impl Body for TrackedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
-        let polled = match &mut this.body {
-            EndpointBody::Streaming(body) => {
-                let polled = body.poll_watched(cx);
-                match &polled {
-                    Poll::Ready(Some(Err(_))) => body.cut_off(),
-                    Poll::Ready(None) => body.completed(),
-                    _ => {}
-                }
-                polled
-            }
-            EndpointBody::Held(body) => Poll::Ready(body.poll_frame().map(Ok)),
+        let polled = match this.coded {
+            None => this.poll_endpoint(cx),
+            Some(_) => this.poll_coded(cx),
         };
         if let Poll::Ready(Some(Ok(frame))) = &polled {
             if let Some(data) = frame.data_ref() {
@@ -281,6 +362,9 @@ impl Body for TrackedBody {
     }
 
     fn is_end_stream(&self) -> bool {
+        if let Some(coded) = &self.coded {
+            return coded.finished && coded.trailers.is_none();
+        }
         match &self.body {
             EndpointBody::Streaming(body) => body.inner.is_end_stream(),
             EndpointBody::Held(body) => body.is_end_stream(),
@@ -288,6 +372,9 @@ impl Body for TrackedBody {
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.coded.is_some() {
+            return SizeHint::default();
+        }
         match &self.body {
             EndpointBody::Streaming(body) => body.inner.size_hint(),
             EndpointBody::Held(body) => body.size_hint(),

@@ -26,6 +26,7 @@ struct Compiled {
     steps: Vec<Applied>,
     max_body_size: Option<u64>,
     retry: Option<RetryPolicy>,
+    compression: Option<sluice_routing::Codings>,
 }
 
 /// Where a middleware reference sits, for diagnostics: the object that lists it and the field.
@@ -97,6 +98,9 @@ impl IngressCompiler<'_, '_> {
         }
         if let Some(retry) = compiled.retry {
             policy.retry = retry;
+        }
+        if let Some(codings) = compiled.compression {
+            policy.compression = sluice_routing::Compression::Codings(codings);
         }
     }
 
@@ -243,8 +247,9 @@ impl IngressCompiler<'_, '_> {
                 return Ok(());
             }
             "compress" => {
-                let note = format!("{}: compress is accepted, but sluice does not compress responses yet: they go out as the pod sent them", context.where_);
-                self.note(referrer, vec![Note::Info(note)]);
+                let (codings, notes) = specs::compress(required(spec.compress.as_ref())?, context);
+                compiled.compression = Some(codings);
+                self.note(referrer, notes);
                 return Ok(());
             }
             kind => specs::spec_step(kind, spec, context)?,

@@ -567,6 +567,50 @@ fn headers(
     Ok((headers, notes))
 }
 
+/// `compress`: the codings of `encodings` (Traefik's default: zstd, Brotli and gzip), with
+/// sluice's own rules for what is compressed. Settings sluice reads differently are noted.
+pub(super) fn compress(
+    spec: &serde_json::Value,
+    context: &StepContext<'_>,
+) -> (sluice_routing::Codings, Vec<Note>) {
+    use sluice_routing::Codings;
+    let mut notes = Vec::new();
+    let codings = match spec.get("encodings").and_then(serde_json::Value::as_array) {
+        None => Codings::ALL,
+        Some(list) => {
+            let mut codings = Codings::NONE;
+            for entry in list {
+                let text = entry.as_str().unwrap_or_default();
+                match Codings::parse(text) {
+                    Ok(parsed) if !parsed.is_empty() => {
+                        for coding in parsed.iter() {
+                            codings = codings.with(coding);
+                        }
+                    }
+                    _ => notes.push(Note::Warning(format!(
+                        "{}: spec.compress.encodings: {entry} is not a coding sluice compresses with (gzip, br, zstd); left out",
+                        context.where_
+                    ))),
+                }
+            }
+            codings
+        }
+    };
+    let own_rules = [
+        "excludedContentTypes",
+        "includedContentTypes",
+        "minResponseBodyBytes",
+        "defaultEncoding",
+    ];
+    for field in own_rules.iter().filter(|field| spec.get(**field).is_some()) {
+        notes.push(Note::Info(format!(
+            "{}: spec.compress.{field} is not read: sluice compresses text, JSON, JavaScript, XML, SVG and WebAssembly answers of 1024 bytes or more (or of no stated length) for clients that accept a coding",
+            context.where_
+        )));
+    }
+    (codings, notes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
