@@ -53,14 +53,11 @@ fn terminator(
     connect_timeout: std::time::Duration,
     streams: StreamOptions,
 ) -> Result<Arc<TlsTerminator>, String> {
-    let new = || {
-        TlsTerminator::new(control.table().clone(), connect_timeout)
-            .map_err(|error| error.to_string())
-    };
-    let stream_side = new()?.for_gateway_stream_socket(address);
+    let terminator = TlsTerminator::new(control.table().clone(), connect_timeout)
+        .map_err(|error| error.to_string())?;
     Ok(Arc::new(match protocol {
-        SocketProtocol::Tls => stream_side,
-        _ => new()?.for_gateway_socket(address, stream_side, streams),
+        SocketProtocol::Tls => terminator.for_gateway_stream_socket(address),
+        _ => terminator.for_gateway_socket(address, streams),
     }))
 }
 

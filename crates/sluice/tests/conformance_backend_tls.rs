@@ -18,7 +18,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use sluice_testkit::{get, http_client, TestCa};
-use support::tls::{curl, server_config, write_pem};
+use support::tls::{curl, write_pem};
 use support::{free_port, pod_ip, wait_for_socket, wait_until, write_manifest, Sluice};
 use tokio::net::TcpListener;
 
@@ -31,28 +31,10 @@ fn gateway_ip() -> IpAddr {
 /// The `tls-backend` pod: serves HTTP/1.1 over TLS with `issued` and answers every request
 /// with the server name its client asked for and the path, as the echo server reports them.
 async fn tls_backend(ip: IpAddr, issued: &sluice_testkit::IssuedPem) -> SocketAddr {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(issued)));
-    let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let sni = tls.get_ref().1.server_name().unwrap_or("-").to_owned();
-                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                    let body = format!("tls-backend sni={sni} path={}\n", request.uri().path());
-                    async move { Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(body)))) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
-        }
-    });
-    addr
+    support::tls::https_pod(ip, issued, |sni, path| {
+        format!("tls-backend sni={sni} path={path}\n")
+    })
+    .await
 }
 
 /// A ConfigMap with `ca.crt` (empty when `pem` is).

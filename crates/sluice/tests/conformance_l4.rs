@@ -840,31 +840,7 @@ async fn udp_route_simple_dns() {
 /// A pod of the base manifests' `tls-backend` Deployments (echo-basic over TLS): answers every
 /// HTTPS request with its pod name and the server name its client asked for.
 async fn https_echo_pod(pod: &'static str, ip: IpAddr, issued: &IssuedPem) -> SocketAddr {
-    use hyper::service::service_fn;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(issued)));
-    let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let sni = tls.get_ref().1.server_name().unwrap_or("-").to_owned();
-                let service = service_fn(move |_: http::Request<hyper::body::Incoming>| {
-                    let body = format!("{pod} sni={sni}\n");
-                    let body = http_body_util::Full::new(bytes::Bytes::from(body));
-                    async move { Ok::<_, std::convert::Infallible>(http::Response::new(body)) }
-                });
-                let io = hyper_util::rt::TokioIo::new(tls);
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(io, service)
-                    .await;
-            });
-        }
-    });
-    addr
+    support::tls::https_pod(ip, issued, move |sni, _| format!("{pod} sni={sni}\n")).await
 }
 
 /// Upstream's TLSRouteHostnameIntersection with the base manifests' HTTPS Gateway
@@ -897,12 +873,19 @@ async fn tls_route_hostname_intersection_beside_the_base_https_gateway() {
     let tls_backend = https_echo_pod("tls-backend-6b8f9-0", pod_ip(60), &backend_certificate).await;
     let tls_backend_2 =
         https_echo_pod("tls-backend-2-5d7c4-0", pod_ip(61), &backend_certificate).await;
+    // infra-backend-v1 and -v2 as the base manifests have them: two replicas each.
     let infra = support::pods_on(
-        &["infra-backend-v1-0", "infra-backend-v2-0"],
+        &[
+            "infra-backend-v1-0",
+            "infra-backend-v1-1",
+            "infra-backend-v2-0",
+            "infra-backend-v2-1",
+        ],
         42,
         free_port(),
     )
     .await;
+    let addrs: Vec<SocketAddr> = infra.iter().map(|pod| pod.addr()).collect();
     let passthrough = |name: &str, hostname: Option<&str>| {
         let hostname = hostname
             .map(|h| format!(", hostname: \"{h}\""))
@@ -995,10 +978,10 @@ async fn tls_route_hostname_intersection_beside_the_base_https_gateway() {
             "*.example.com",
             "tls-backend-2",
         ),
-        service_on_port("tls-backend", 443, tls_backend),
-        service_on_port("tls-backend-2", 443, tls_backend_2),
-        service_on_port("infra-backend-v1", 8080, infra[0].addr()),
-        service_on_port("infra-backend-v2", 8080, infra[1].addr()),
+        service_on_port("tls-backend", 443, &[tls_backend]),
+        service_on_port("tls-backend-2", 443, &[tls_backend_2]),
+        service_on_port("infra-backend-v1", 8080, &addrs[..2]),
+        service_on_port("infra-backend-v2", 8080, &addrs[2..]),
     ];
     let (dir, sluice) = serve(&documents, ip, &[port]).await;
     let socket = SocketAddr::new(ip, port);
@@ -1033,14 +1016,15 @@ async fn tls_route_hostname_intersection_beside_the_base_https_gateway() {
     // *.com selects the TLS listener of gw-...-x-3, whose routes do not take the name: closed.
     expect_rejection(socket, "non.matching.com", &ca.cert_pem()).await;
     // Names of the HTTPS listeners: terminated with the listener's certificate, HTTP served.
-    assert_eq!(
-        get("example.org"),
-        (0, "infra-backend-v1-0\n 200".to_owned())
-    );
-    assert_eq!(
-        get("second-example.org"),
-        (0, "infra-backend-v2-0\n 200".to_owned())
-    );
+    for (host, backend) in [
+        ("example.org", "infra-backend-v1-"),
+        ("second-example.org", "infra-backend-v2-"),
+    ] {
+        let (code, answer) = get(host);
+        assert_eq!(code, 0, "{host}: {answer}");
+        assert!(answer.starts_with(backend), "{host}: {answer}");
+        assert!(answer.ends_with("\n 200"), "{host}: {answer}");
+    }
     // No HTTPRoute serves non.matching.org on the hostless HTTPS listener that takes it.
     let (code, answer) = get("non.matching.org");
     assert_eq!(code, 0, "{answer}");
@@ -1076,10 +1060,16 @@ async fn tls_route_hostname_intersection_beside_the_base_https_gateway() {
     );
 }
 
-/// A Service `name` in the infra namespace with one port, its endpoint `pod`.
-fn service_on_port(name: &str, port: u16, pod: SocketAddr) -> String {
+/// A Service `name` in the infra namespace with one port, its endpoints `pods` (all on one
+/// port, as one EndpointSlice port requires).
+fn service_on_port(name: &str, port: u16, pods: &[SocketAddr]) -> String {
+    let target = pods[0].port();
+    let endpoints: Vec<String> = pods
+        .iter()
+        .map(|pod| format!("{{addresses: [\"{}\"]}}", pod.ip()))
+        .collect();
     format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  selector: {{app: {name}}}\n  ports: [{{protocol: TCP, port: {port}, targetPort: {}}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-0, namespace: {INFRA}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{{port: {}}}]\nendpoints: [{{addresses: [\"{}\"]}}]\n",
-        pod.port(), pod.port(), pod.ip()
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {INFRA}}}\nspec:\n  selector: {{app: {name}}}\n  ports: [{{protocol: TCP, port: {port}, targetPort: {target}}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-0, namespace: {INFRA}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{{port: {target}}}]\nendpoints: [{}]\n",
+        endpoints.join(", ")
     )
 }

@@ -23,6 +23,7 @@ use sluice_routing::{Coding, Codings, RoutePolicy};
 use super::contract::{Filter, Flow, RequestContext};
 use super::services::{boxed, MemoryShare, RouteFilter, Services};
 use crate::upstream::response_body::BodyCoding;
+use crate::upstream::retry_buffer::{declared_length, is_stream};
 
 /// The smallest response compressed when its length is known (nginx's `gzip_min_length`
 /// default is 20; ingress-nginx and Traefik use 1024).
@@ -39,8 +40,9 @@ const ZSTD_LEVEL: i32 = 3;
 /// zstd's window: 512 KiB, as Brotli's.
 const ZSTD_WINDOW_LOG: u32 = 19;
 
-/// What one compressing stream may hold, for the proxy-wide budget (its state and window at
-/// these settings, rounded up).
+/// What one compressing stream is counted as holding against the proxy-wide budget: an
+/// estimate from the codings' documented state sizes at these settings (zlib's 256 KiB
+/// deflate state; Brotli's and zstd's 512 KiB windows with their tables), not a measurement.
 fn memory(coding: Coding) -> usize {
     match coding {
         Coding::Gzip => 320 << 10,
@@ -117,7 +119,7 @@ fn negotiate(headers: &HeaderMap, enabled: Codings) -> Option<Coding> {
         };
         for item in text.split(',') {
             let mut parts = item.split(';');
-            let name = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+            let name = parts.next().unwrap_or_default().trim();
             let q = parts
                 .filter_map(|param| {
                     let (key, value) = param.split_once('=')?;
@@ -130,15 +132,16 @@ fn negotiate(headers: &HeaderMap, enabled: Codings) -> Option<Coding> {
             let Some(q) = q else {
                 continue;
             };
-            let coding = match name.as_str() {
-                "gzip" | "x-gzip" => Coding::Gzip,
-                "br" => Coding::Brotli,
-                "zstd" => Coding::Zstd,
-                "*" => {
+            let is = |token: &str| name.eq_ignore_ascii_case(token);
+            let coding = match () {
+                () if is("gzip") || is("x-gzip") => Coding::Gzip,
+                () if is("br") => Coding::Brotli,
+                () if is("zstd") => Coding::Zstd,
+                () if name == "*" => {
                     any = Some(q);
                     continue;
                 }
-                _ => continue,
+                () => continue,
             };
             if let Some(at) = slot(coding) {
                 named[at] = Some(q);
@@ -177,46 +180,42 @@ fn compressible(response: &response::Parts) -> bool {
     if no_transform || declared_length(headers).is_some_and(|length| length < MIN_LENGTH) {
         return false;
     }
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(compressible_type)
+    headers.get(CONTENT_TYPE).is_some_and(compressible_type)
 }
 
 /// Text, JSON, JavaScript, XML, SVG and WebAssembly, and any `+json` or `+xml` type; never
-/// server-sent events (each event must reach the client when sent) or gRPC.
-fn compressible_type(content_type: &str) -> bool {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    if essence == "text/event-stream" || essence.starts_with("application/grpc") {
+/// the streams the retry buffer never holds either (server-sent events, whose events must
+/// reach the client when sent, and gRPC).
+fn compressible_type(content_type: &HeaderValue) -> bool {
+    if is_stream(Some(content_type)) {
         return false;
     }
-    essence.starts_with("text/")
-        || matches!(
-            essence.as_str(),
-            "application/json"
-                | "application/javascript"
-                | "application/x-javascript"
-                | "application/xml"
-                | "image/svg+xml"
-                | "application/wasm"
-        )
-        || essence.ends_with("+json")
-        || essence.ends_with("+xml")
-}
-
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    let Ok(text) = content_type.to_str() else {
+        return false;
+    };
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    let is = |name: &str| essence.eq_ignore_ascii_case(name);
+    let ends = |suffix: &str| {
+        let at = essence.len().saturating_sub(suffix.len());
+        essence
+            .get(at..)
+            .is_some_and(|end| end.eq_ignore_ascii_case(suffix))
+    };
+    essence
+        .get(..5)
+        .is_some_and(|start| start.eq_ignore_ascii_case("text/"))
+        || [
+            "application/json",
+            "application/javascript",
+            "application/x-javascript",
+            "application/xml",
+            "image/svg+xml",
+            "application/wasm",
+        ]
+        .into_iter()
+        .any(is)
+        || ends("+json")
+        || ends("+xml")
 }
 
 /// Adds `Accept-Encoding` to `Vary`, into the existing value when there is one (unless it
@@ -433,8 +432,13 @@ mod tests {
             "application/wasm",
             "application/problem+json",
             "application/atom+xml",
+            "Text/HTML; charset=utf-8",
+            "Application/Problem+JSON",
         ] {
-            assert!(compressible_type(essence), "{essence}");
+            assert!(
+                compressible_type(&HeaderValue::from_static(essence)),
+                "{essence}"
+            );
         }
         for essence in [
             "text/event-stream",
@@ -442,8 +446,13 @@ mod tests {
             "application/grpc+proto",
             "application/octet-stream",
             "video/mp4",
+            "Text/Event-Stream; charset=utf-8",
+            "application/jsonx",
         ] {
-            assert!(!compressible_type(essence), "{essence}");
+            assert!(
+                !compressible_type(&HeaderValue::from_static(essence)),
+                "{essence}"
+            );
         }
     }
 

@@ -173,17 +173,27 @@ impl TlsTerminator {
 
     /// This terminator for the Gateway HTTPS socket bound at `socket`: each handshake gets
     /// the certificate of the HTTPS listener its server name selects; a name that selects a
-    /// TLS listener sharing the socket is served by `tls_listeners` (a terminator made with
-    /// [`Self::for_gateway_stream_socket`]) with `options`.
+    /// TLS listener sharing the socket is served as on a TLS socket (by a terminator like
+    /// [`Self::for_gateway_stream_socket`]'s, sharing this one's table and default
+    /// certificate) with `options`.
     pub fn for_gateway_socket(
         mut self,
         socket: std::net::SocketAddr,
-        tls_listeners: TlsTerminator,
         options: super::stream::StreamOptions,
     ) -> Self {
+        let stream_side = Self {
+            table: self.table.clone(),
+            provider: self.provider.clone(),
+            generated: self.generated.clone(),
+            default_config: Mutex::new(None),
+            connect_timeout: self.connect_timeout,
+            gateway_socket: None,
+            alpn: true,
+            tls_listeners: None,
+        };
         self.gateway_socket = Some(socket);
         self.tls_listeners = Some(TlsListeners {
-            terminator: Arc::new(tls_listeners),
+            terminator: Arc::new(stream_side.for_gateway_stream_socket(socket)),
             options: Arc::new(options),
         });
         self

@@ -123,7 +123,7 @@ pub(crate) fn holdable_length<B>(
 
 /// `text/event-stream` and gRPC (`application/grpc`, `application/grpc+proto`, ...): streams
 /// whose messages must reach the other side as they come.
-fn is_stream(content_type: Option<&http::HeaderValue>) -> bool {
+pub(crate) fn is_stream(content_type: Option<&http::HeaderValue>) -> bool {
     let Some(value) = content_type.and_then(|value| value.to_str().ok()) else {
         return false;
     };
@@ -136,7 +136,7 @@ fn is_stream(content_type: Option<&http::HeaderValue>) -> bool {
 
 /// The single `Content-Length` a response declares; `None` for none, several, or one that is
 /// not a number.
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
+pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
     let mut values = headers.get_all(CONTENT_LENGTH).iter();
     let length = values.next()?.to_str().ok()?.trim().parse().ok()?;
     values.next().is_none().then_some(length)

@@ -149,3 +149,38 @@ pub async fn tls_dial(
     .await
     .map_err(|_| std::io::Error::other("handshake timed out"))?
 }
+
+/// A pod that terminates TLS itself with `issued` and serves HTTP/1.1, answering every request
+/// with `reply(server name the client asked for, request path)` (`-` without a server name).
+pub async fn https_pod(
+    ip: std::net::IpAddr,
+    issued: &sluice_testkit::IssuedPem,
+    reply: impl Fn(&str, &str) -> String + Clone + Send + Sync + 'static,
+) -> SocketAddr {
+    use hyper::service::service_fn;
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(server_config(issued)));
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, reply) = (acceptor.clone(), reply.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let sni = tls.get_ref().1.server_name().unwrap_or("-").to_owned();
+                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let body = reply(&sni, request.uri().path());
+                    let body = http_body_util::Full::new(bytes::Bytes::from(body));
+                    async move { Ok::<_, std::convert::Infallible>(http::Response::new(body)) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
