@@ -40,6 +40,7 @@ pub use telemetry::access_log::{AccessLog, AccessLogFormat, DEFAULT_ACCESS_LOG_Q
 pub use telemetry::metrics::{
     ConnectionMetrics, ListenerMetrics, ProxyMetrics, StreamMetrics, StreamResult,
 };
+pub use telemetry::trace::{Tracing, TracingError, TracingOptions};
 pub use upstream::request_body::DEFAULT_REPLAY_LIMIT;
 pub use upstream::response_body::{ProxyBody, TrackedBody};
 pub use upstream::retry_buffer::{

@@ -39,8 +39,8 @@ pub use path::{PathKind, PathMatch};
 pub use policy::{
     Balancer, Cors, CorsRules, ErrorPages, HashKey, HeaderChanges, Listeners, Mirror,
     OriginPattern, PathChange, PathRewrite, RateLimits, Redirect, RedirectTo, RequestEdits,
-    RetryOn, RetryPolicy, RoutePolicy, SameSite, SessionAffinity, SourceRanges, SourceVerdict,
-    StickyCookie, SubjectName, TlsPolicy, UpstreamFailureStatus, UpstreamProtocol,
+    RetryOn, RetryPolicy, RoutePolicy, RouteTracing, SameSite, SessionAffinity, SourceRanges,
+    SourceVerdict, StickyCookie, SubjectName, TlsPolicy, UpstreamFailureStatus, UpstreamProtocol,
     UpstreamTimeouts, UpstreamTls,
 };
 pub use table::{Canary, CanaryRoute, GatewayMiss, Route, RoutingTable, TableBuilder, Target};

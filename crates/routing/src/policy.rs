@@ -74,9 +74,31 @@ pub struct RoutePolicy {
     /// `compress` middleware chose.
     #[serde(skip_serializing_if = "crate::Compression::is_default")]
     pub compression: crate::Compression,
+    /// Distributed tracing on this route, when the proxy traces (ingress-nginx's
+    /// `enable-opentelemetry` and `opentelemetry-trust-incoming-span`).
+    #[serde(skip_serializing_if = "RouteTracing::is_default")]
+    pub tracing: RouteTracing,
     /// The data plane's filters for this policy, built from it once and attached.
     #[serde(skip)]
     pub filters: Attached,
+}
+
+/// What a route changes of the proxy's tracing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RouteTracing {
+    /// No span; the client's `traceparent` goes to the pod as it was sent.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub off: bool,
+    /// A new trace even when the client sent one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub distrust_incoming: bool,
+}
+
+impl RouteTracing {
+    /// Whether the route traces as the proxy does.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// The status of an answer no endpoint gave: a connect that failed, or an exchange that failed

@@ -265,6 +265,18 @@ pub struct ObserveArgs {
     /// (and counted in sluice_access_log_dropped_total) rather than delay a request.
     #[arg(long, default_value_t = sluice_proxy::DEFAULT_ACCESS_LOG_QUEUE, value_name = "LINES")]
     pub access_log_buffer: usize,
+    /// Export a span per request and one per upstream attempt to this OpenTelemetry
+    /// collector over OTLP/HTTP (protobuf, POSTed to URL/v1/traces), and pass W3C Trace
+    /// Context on to the pods. Off when not given.
+    #[arg(long, value_name = "URL")]
+    pub tracing_otlp_endpoint: Option<String>,
+    /// The share of new traces recorded, 0 to 1; a client's `traceparent` decides for its
+    /// own trace (sampled: always recorded; not sampled: never).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_ratio, value_name = "F")]
+    pub tracing_sample_ratio: f64,
+    /// The `service.name` of the exported spans.
+    #[arg(long, default_value = "sluice", value_name = "NAME")]
+    pub tracing_service_name: String,
     /// Require `Authorization: Bearer TOKEN` on every admin request but /healthz and /readyz.
     #[arg(
         long,
@@ -297,6 +309,13 @@ fn parse_access_log(text: &str) -> Result<AccessLogChoice, String> {
     }
 }
 
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!("{text:?} is not a number from 0 to 1")),
+    }
+}
+
 impl ObserveArgs {
     pub fn observe_config(&self) -> crate::serve::ObserveConfig {
         crate::serve::ObserveConfig {
@@ -305,6 +324,13 @@ impl ObserveArgs {
                 format,
                 file: self.access_log_file.clone(),
                 buffer: self.access_log_buffer,
+            }),
+            tracing: self.tracing_otlp_endpoint.clone().map(|endpoint| {
+                sluice_proxy::TracingOptions {
+                    endpoint,
+                    sample_ratio: self.tracing_sample_ratio,
+                    service_name: self.tracing_service_name.clone(),
+                }
             }),
             admin_token: self.admin_token.clone().filter(|token| !token.is_empty()),
             admin_insecure: self.admin_insecure,

@@ -30,6 +30,9 @@ pub struct Metrics {
     pub publishes: Counter,
     /// Access-log lines dropped because the writer fell behind.
     pub access_log_dropped: Counter,
+    /// Finished spans dropped: the queue to the exporter was full, or the collector refused
+    /// or did not answer an export.
+    pub tracing_spans_dropped: Counter,
     /// Client connections and TLS handshakes, per listener.
     pub connections: ConnectionMetrics,
     /// Connections, flows and bytes of the Gateway's TLS, TCP and UDP listeners, by route.
@@ -50,6 +53,7 @@ impl Metrics {
         let compile = Histogram::new(exponential_buckets(0.000_1, 2.0, 18));
         let publishes = Counter::default();
         let access_log_dropped = Counter::default();
+        let tracing_spans_dropped = Counter::default();
         let connections = ConnectionMetrics::default();
         let streams = StreamMetrics::default();
         registry.register(
@@ -73,6 +77,11 @@ impl Metrics {
             access_log_dropped.clone(),
         );
         registry.register(
+            "tracing_spans_dropped",
+            "Finished spans dropped because the queue to the exporter was full or the collector failed an export",
+            tracing_spans_dropped.clone(),
+        );
+        registry.register(
             "build",
             "The running build",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
@@ -90,6 +99,7 @@ impl Metrics {
             compile,
             publishes,
             access_log_dropped,
+            tracing_spans_dropped,
             connections,
             streams,
             per_endpoint,

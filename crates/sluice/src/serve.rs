@@ -60,6 +60,9 @@ pub struct ObserveConfig {
     pub per_endpoint: bool,
     /// `--access-log`; `None` when off.
     pub access_log: Option<AccessLogConfig>,
+    /// `--tracing-otlp-endpoint`, `--tracing-sample-ratio` and `--tracing-service-name`;
+    /// `None` when no endpoint is given.
+    pub tracing: Option<sluice_proxy::TracingOptions>,
     /// `--admin-token`
     pub admin_token: Option<String>,
     /// `--admin-insecure`: a non-loopback `--admin` without a token is allowed.
@@ -173,6 +176,13 @@ impl Server {
         let mut proxy = Proxy::new(control.table().clone(), &config.proxy);
         if let Some(access_log) = &config.observe.access_log {
             proxy = proxy.with_access_log(start_access_log(access_log, metrics)?);
+        }
+        if let Some(options) = &config.observe.tracing {
+            let (tracing, exporting) =
+                sluice_proxy::Tracing::start(options, metrics.tracing_spans_dropped.clone())?;
+            tokio::spawn(exporting);
+            tracing::info!(endpoint = %options.endpoint, sample_ratio = options.sample_ratio, "tracing: spans go to the collector over OTLP/HTTP");
+            proxy = proxy.with_tracing(tracing);
         }
         let proxy = Arc::new(proxy);
         proxy.watch_shutdown(shutdown.clone(), config.grace_period);

@@ -58,6 +58,8 @@ pub(crate) enum Setting {
     XForwardedPrefix,
     UpstreamVhost,
     EnableAccessLog,
+    EnableOpentelemetry,
+    OpentelemetryTrustIncomingSpan,
     /// sluice's own; read under `sluice.dev/` only.
     RequestHeaders,
     /// sluice's own; read under `sluice.dev/` only.
@@ -122,7 +124,7 @@ pub(crate) enum Setting {
 }
 
 impl Setting {
-    const ALL: [Setting; 96] = [
+    const ALL: [Setting; 98] = [
         Self::LoadBalance,
         Self::UpstreamHashBy,
         Self::Affinity,
@@ -163,6 +165,8 @@ impl Setting {
         Self::XForwardedPrefix,
         Self::UpstreamVhost,
         Self::EnableAccessLog,
+        Self::EnableOpentelemetry,
+        Self::OpentelemetryTrustIncomingSpan,
         Self::RequestHeaders,
         Self::ResponseHeaders,
         Self::EnableCors,
@@ -276,6 +280,8 @@ impl Setting {
             Self::XForwardedPrefix => "x-forwarded-prefix",
             Self::UpstreamVhost => "upstream-vhost",
             Self::EnableAccessLog => "enable-access-log",
+            Self::EnableOpentelemetry => "enable-opentelemetry",
+            Self::OpentelemetryTrustIncomingSpan => "opentelemetry-trust-incoming-span",
             Self::RequestHeaders => "request-headers",
             Self::ResponseHeaders => "response-headers",
             Self::EnableCors => "enable-cors",

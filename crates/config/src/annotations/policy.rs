@@ -258,6 +258,24 @@ pub(crate) fn ingress_policy(
                 parse_bool,
             )
             .is_some_and(|enabled| !enabled),
+        tracing: sluice_routing::RouteTracing {
+            off: report
+                .parse(
+                    keys.get(Setting::EnableOpentelemetry),
+                    "true or false",
+                    "the Ingress's requests are traced as the proxy's flags say",
+                    parse_bool,
+                )
+                .is_some_and(|enabled| !enabled),
+            distrust_incoming: report
+                .parse(
+                    keys.get(Setting::OpentelemetryTrustIncomingSpan),
+                    "true or false",
+                    "a client's trace is continued",
+                    parse_bool,
+                )
+                .is_some_and(|trusted| !trusted),
+        },
         compression: report
             .parse(
                 keys.get(Setting::Compression),

@@ -36,7 +36,6 @@ const WAF: Support = Support::Not(
 const WAF_SETTING: Support =
     Support::Not("no WAF module (a warning); put a WAF in front of sluice or in the pod");
 const REMOVED: Support = Support::Not("removed from ingress-nginx itself");
-const NO_TRACING: Support = Support::Not("sluice exports no traces yet");
 const NO_NGINX_BUFFERS: Support = Support::Not("sluice streams and has no nginx buffers to size");
 
 /// ingress-nginx's annotations (names under `nginx.ingress.kubernetes.io/`, also read under
@@ -172,9 +171,9 @@ pub const INGRESS_NGINX: &[(&str, Support)] = &[
     ("mirror-request-body", Support::Full),
     ("enable-access-log", Support::Full),
     ("enable-rewrite-log", Support::Not("no nginx rewrite log")),
-    ("enable-opentelemetry", NO_TRACING),
-    ("opentelemetry-trust-incoming-span", NO_TRACING),
-    ("opentelemetry-operation-name", NO_TRACING),
+    ("enable-opentelemetry", Support::Full),
+    ("opentelemetry-trust-incoming-span", Support::Full),
+    ("opentelemetry-operation-name", Support::Not("spans are named {METHOD} {route} as OpenTelemetry's HTTP conventions say")),
     ("enable-modsecurity", WAF),
     ("enable-owasp-core-rules", WAF),
     ("modsecurity-transaction-id", WAF_SETTING),
@@ -245,8 +244,14 @@ pub const TRAEFIK: &[(&str, Support)] = &[
         "router.observability.metrics",
         Support::Not("metrics are always on"),
     ),
-    ("router.observability.tracing", NO_TRACING),
-    ("router.observability.traceverbosity", NO_TRACING),
+    (
+        "router.observability.tracing",
+        Support::Not("use nginx.ingress.kubernetes.io/enable-opentelemetry"),
+    ),
+    (
+        "router.observability.traceverbosity",
+        Support::Not("one span per request and one per upstream attempt"),
+    ),
     (
         "service.serversscheme",
         Support::Partly("http, https and h2c"),

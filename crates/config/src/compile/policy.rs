@@ -317,6 +317,44 @@ mod tests {
     }
 
     #[test]
+    fn the_opentelemetry_annotations_turn_tracing_off_or_distrust_the_clients_trace() {
+        use sluice_routing::RouteTracing;
+        let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.10, ports: [{port: 80}]}\n";
+        let text = ingress(
+            "a",
+            "nginx.ingress.kubernetes.io/enable-opentelemetry: \"false\"",
+        ) + &ingress(
+            "b",
+            "nginx.ingress.kubernetes.io/opentelemetry-trust-incoming-span: \"false\"",
+        ) + &ingress(
+            "c",
+            "nginx.ingress.kubernetes.io/enable-opentelemetry: \"true\"",
+        ) + &ingress(
+            "d",
+            "nginx.ingress.kubernetes.io/enable-opentelemetry: maybe",
+        ) + service;
+        let by_ingress = policies(&text);
+        let found: Vec<RouteTracing> = by_ingress.iter().map(|(_, r)| r[0].tracing).collect();
+        let off = RouteTracing {
+            off: true,
+            distrust_incoming: false,
+        };
+        let distrust = RouteTracing {
+            off: false,
+            distrust_incoming: true,
+        };
+        assert_eq!(
+            found,
+            [
+                off,
+                distrust,
+                RouteTracing::default(),
+                RouteTracing::default()
+            ]
+        );
+    }
+
+    #[test]
     fn compression_is_read_from_sluice_dev_compression_and_a_bad_list_keeps_the_default() {
         use sluice_routing::{Codings, Compression};
         let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.10, ports: [{port: 80}]}\n";

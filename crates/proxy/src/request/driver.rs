@@ -37,6 +37,7 @@ use crate::shutdown::ShutdownSignal;
 use crate::telemetry;
 use crate::telemetry::access_log::{AccessLog, AccessRecord};
 use crate::telemetry::completion::{declared_length, Completion};
+use crate::telemetry::trace::{RequestTrace, RouteFacts, ServerFacts, Tracing, TRACESTATE};
 use crate::upstream::attempt::{may_resend, resendable, Exchange};
 use crate::upstream::connect::Wire;
 use crate::upstream::outbound::OutboundClient;
@@ -57,6 +58,7 @@ pub struct Proxy {
     services: Services,
     tunnels: Tunnels,
     access_log: Option<Arc<AccessLog>>,
+    tracing: Option<Arc<Tracing>>,
 }
 
 impl Proxy {
@@ -100,12 +102,20 @@ impl Proxy {
             services,
             tunnels: Tunnels::new(options.websocket_idle_timeout),
             access_log: None,
+            tracing: None,
         }
     }
 
     /// Writes a line per request to `log`.
     pub fn with_access_log(mut self, log: Arc<AccessLog>) -> Self {
         self.access_log = Some(log);
+        self
+    }
+
+    /// Records a span per request (and one per upstream attempt) with `tracing`, and passes
+    /// the trace on to the pods.
+    pub fn with_tracing(mut self, tracing: Arc<Tracing>) -> Self {
+        self.tracing = Some(tracing);
         self
     }
 
@@ -132,7 +142,7 @@ impl Proxy {
         let forwarding =
             Forwarding::decide(request.headers(), &client, &self.options.trusted_proxies);
         let grpc_call = grpc::is_grpc(request.headers());
-        let measure = Measure {
+        let mut measure = Measure {
             started,
             method: telemetry::method(request.method()),
             request_bytes: declared_length(request.headers()),
@@ -140,6 +150,7 @@ impl Proxy {
                 .access_log
                 .as_ref()
                 .map(|_| AccessRecord::begin(&request, forwarding.real_client)),
+            trace: self.tracing.as_ref().map(|tracing| tracing.begin()),
         };
         let table = self.table.load();
         let mut context = RequestContext {
@@ -168,7 +179,12 @@ impl Proxy {
         // Not boxed: the listener pins the handler's future where it is made and drops it
         // with the request, so a box would only add an allocation and a copy of this future
         // (bench/instructions: 36,827 -> 36,466 instructions per request without it).
-        let forward = self.forward(request, &client, &forwarding, &mut context);
+        let forward = self.forward(
+            request,
+            (&client, &forwarding),
+            &mut context,
+            &mut measure.trace,
+        );
         let response = match forward.await {
             Ok(response) => response,
             Err(stop) => {
@@ -183,16 +199,27 @@ impl Proxy {
     async fn forward<'r>(
         &self,
         mut request: Request<ClientBody>,
-        client: &ClientInfo,
-        forwarding: &Forwarding,
+        (client, forwarding): (&ClientInfo, &Forwarding),
         context: &mut RequestContext<'r>,
+        trace: &mut Option<RequestTrace>,
     ) -> Result<Response<ProxyBody>, Stop> {
         let services = &self.services;
         // 1. Route.
         let client_upgrade = ClientUpgrade::take(&mut request);
         let (mut parts, body) = request.into_parts();
         let inbound = Inbound::read(&parts)?;
-        let target = route_request(client, &inbound, &parts, context)?;
+        let routed = route_request(client, &inbound, &parts, context);
+        if let Some(trace) = trace {
+            self.open_trace(
+                trace,
+                &mut parts,
+                &inbound,
+                routed.as_ref().ok(),
+                client,
+                context,
+            );
+        }
+        let target = routed?;
         let filters = Filters::of(target.policy, services);
         // 2. Request filters.
         for filter in filters.chain() {
@@ -239,6 +266,11 @@ impl Proxy {
                 context.pinned.clone(),
             )
             .over(wire)
+            .traced(
+                self.tracing
+                    .as_deref()
+                    .zip(trace.as_ref().and_then(RequestTrace::server).cloned()),
+            )
             .run(),
         );
         // The client's gRPC deadline bounds every attempt together.
@@ -258,6 +290,56 @@ impl Proxy {
             (services, &self.tunnels),
             client_upgrade,
         ))
+    }
+
+    /// Opens the request's span once the route phase is done (the route turns tracing off,
+    /// or keeps a client's trace out); a request that matched no route gets a span too.
+    fn open_trace(
+        &self,
+        trace: &mut RequestTrace,
+        parts: &mut Parts,
+        inbound: &Inbound,
+        target: Option<&sluice_routing::Target<'_>>,
+        client: &ClientInfo,
+        context: &RequestContext<'_>,
+    ) {
+        let Some(tracing) = &self.tracing else {
+            return;
+        };
+        let policy = target
+            .map(|target| target.policy.tracing)
+            .unwrap_or_default();
+        if policy.off {
+            tracing.skip(trace);
+            return;
+        }
+        let route = target.map(|target| RouteFacts {
+            kind: if client.gateway_socket.is_some() {
+                "HTTPRoute"
+            } else {
+                "Ingress"
+            },
+            name: target.ingress,
+            path: target.path.map(|path| path.path()),
+            service: target.backend.id().parts(),
+        });
+        let facts = ServerFacts {
+            method: &parts.method,
+            path: inbound.path(),
+            scheme: if client.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            },
+            version: parts.version,
+            host: inbound.host_name(),
+            client: context.real_client,
+            user_agent: parts.headers.get(http::header::USER_AGENT),
+            route,
+        };
+        if tracing.open(trace, &parts.headers, !policy.distrust_incoming, facts) {
+            parts.headers.remove(TRACESTATE);
+        }
     }
 
     /// Refuses a body over the route's limit, and buffers it for replay when it is small and
@@ -335,6 +417,10 @@ impl Proxy {
         let quiet = context
             .target
             .is_some_and(|target| target.policy.access_log_off);
+        if let Some(trace) = &measure.trace {
+            trace.answered(response.status());
+        }
+        let trace_id = measure.trace.as_ref().and_then(RequestTrace::trace_id);
         let log = match (&self.access_log, measure.record) {
             (Some(sink), Some(mut record)) if !quiet => {
                 record.status = response.status().as_u16();
@@ -344,6 +430,7 @@ impl Proxy {
                 record.attempts = context.attempts;
                 record.route = context.target.map(|t| t.ingress).unwrap_or_default().into();
                 record.request_id = context.request_id.clone();
+                record.trace_id = trace_id;
                 if let Some(session) = &client.tls {
                     record.tls_version = Some(session.version);
                     record.sni = session.sni.clone();
@@ -360,6 +447,7 @@ impl Proxy {
             route,
             log,
             held: std::mem::take(&mut context.held),
+            trace: measure.trace,
         }
     }
 }
@@ -384,6 +472,8 @@ struct Measure {
     request_bytes: u64,
     /// The access-log line, begun from the request head when the access log is on.
     record: Option<AccessRecord>,
+    /// The request's trace, when the proxy traces.
+    trace: Option<RequestTrace>,
 }
 
 /// Closes idle upstream connections as they expire, until the runtime is gone.

@@ -141,6 +141,8 @@ pub(crate) struct AccessRecord {
     pub(crate) referer: Option<HeaderValue>,
     pub(crate) tls_version: Option<&'static str>,
     pub(crate) sni: Option<Box<str>>,
+    /// The request's trace, when it is traced.
+    pub(crate) trace_id: Option<opentelemetry::trace::TraceId>,
 }
 
 /// The JSON line's fields, named as in docs/observability.md.
@@ -165,6 +167,8 @@ struct JsonLine<'r> {
     referer: Option<&'r str>,
     tls_version: Option<&'static str>,
     sni: Option<&'r str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<String>,
 }
 
 impl AccessRecord {
@@ -191,6 +195,7 @@ impl AccessRecord {
             referer: header(http::header::REFERER),
             tls_version: None,
             sni: None,
+            trace_id: None,
         }
     }
 
@@ -218,13 +223,14 @@ impl AccessRecord {
             referer: self.referer.as_ref().and_then(text),
             tls_version: self.tls_version,
             sni: self.sni.as_deref(),
+            trace_id: self.trace_id.map(|id| id.to_string()),
         }
     }
 }
 
 /// nginx's `combined` line, then, space-separated: request length, request time in seconds,
 /// `[route]`, upstream address, upstream status, attempts, request id, host, TLS version and
-/// SNI, each `-` when absent:
+/// SNI, each `-` when absent, and the trace id when the request is traced:
 ///
 /// ```text
 /// 10.0.0.1 - - [30/Nov/2026:22:11:10 +0000] "GET /a?b=1 HTTP/1.1" 200 12 "-" "curl/8.14.1" 0 0.003 [default/web] 10.1.0.5:8080 200 1 6f1c... demo.local - -
@@ -273,6 +279,9 @@ pub(crate) fn write_combined(line: &mut Vec<u8>, record: &AccessRecord) {
         record.tls_version.unwrap_or("-"),
         record.sni.as_deref().map_or("-", dash)
     );
+    if let Some(trace_id) = record.trace_id {
+        let _ = write!(line, " {trace_id}");
+    }
 }
 
 fn dash(text: &str) -> &str {
@@ -367,6 +376,22 @@ mod tests {
         assert_eq!(httpdate_rfc3339(time), "2026-11-30T22:11:10.250Z");
         let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(httpdate_rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn a_traced_requests_trace_id_ends_the_combined_line_and_is_in_the_json() {
+        let request = http::Request::get("/a").body(()).unwrap_or_default();
+        let mut record = AccessRecord::begin(&request, IpAddr::from([127, 0, 0, 1]));
+        let mut line = Vec::new();
+        write_combined(&mut line, &record);
+        assert!(String::from_utf8_lossy(&line).ends_with(" - -"));
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736";
+        record.trace_id = opentelemetry::trace::TraceId::from_hex(id).ok();
+        line.clear();
+        write_combined(&mut line, &record);
+        assert!(String::from_utf8_lossy(&line).ends_with(&format!(" - - {id}")));
+        let json = serde_json::to_value(record.json()).unwrap_or_default();
+        assert_eq!(json["trace_id"], id);
     }
 
     #[test]

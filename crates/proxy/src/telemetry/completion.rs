@@ -6,6 +6,7 @@ use std::time::Instant;
 use http::StatusCode;
 
 use crate::telemetry::access_log::{AccessLog, AccessRecord};
+use crate::telemetry::trace::RequestTrace;
 use crate::telemetry::{Measured, RouteMetrics};
 
 /// What a request still has to record when its response ends.
@@ -22,6 +23,8 @@ pub(crate) struct Completion {
     /// Places the request holds until its response ends (under `limit-connections` and
     /// Traefik's `inFlightReq`).
     pub(crate) held: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    /// The request's span, ended with the response (or when the client leaves).
+    pub(crate) trace: Option<RequestTrace>,
 }
 
 impl Completion {
@@ -40,6 +43,9 @@ impl Completion {
                 duration,
             },
         );
+        if let Some(trace) = self.trace {
+            trace.finish();
+        }
         if let Some(log) = self.log {
             let (sink, mut record) = *log;
             record.response_bytes = response_bytes;

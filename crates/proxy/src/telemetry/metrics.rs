@@ -178,7 +178,7 @@ pub(crate) enum RetryReason {
 }
 
 impl RetryReason {
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::ConnectError => "connect_error",
             Self::ConnectTimeout => "connect_timeout",

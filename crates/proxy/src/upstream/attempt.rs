@@ -48,6 +48,7 @@ use hyper::client::conn::{http2, TrySendError};
 use sluice_routing::{Backend, BackendMode, Endpoint, EndpointSet, RoutePolicy};
 
 use crate::error::{ProxyError, UpstreamError};
+use crate::telemetry::trace::{AttemptFacts, AttemptSpan, Tracing, TRACEPARENT};
 use crate::telemetry::RetryReason;
 use crate::upstream::balance::{Candidates, RequestKey};
 use crate::upstream::connect::Wire;
@@ -170,6 +171,9 @@ pub(crate) struct Exchange<'a> {
     retry_reason: Option<RetryReason>,
     /// The endpoint of the latest attempt.
     last_tried: Option<Endpoint>,
+    /// The tracer and the request's span, when the request is traced: each attempt gets a
+    /// span of its own, whose `traceparent` the pod receives.
+    trace: Option<(&'a Tracing, opentelemetry::Context)>,
 }
 
 impl<'a> Exchange<'a> {
@@ -202,12 +206,19 @@ impl<'a> Exchange<'a> {
             wire: Wire::Http1,
             retry_reason: None,
             last_tried: None,
+            trace: None,
         }
     }
 
     /// Speaks `wire` to the endpoints (HTTP/1.1 unless told otherwise).
     pub(crate) fn over(mut self, wire: Wire) -> Self {
         self.wire = wire;
+        self
+    }
+
+    /// Traces each attempt under the request's span in `trace`.
+    pub(crate) fn traced(mut self, trace: Option<(&'a Tracing, opentelemetry::Context)>) -> Self {
+        self.trace = trace;
         self
     }
 
@@ -246,7 +257,14 @@ impl<'a> Exchange<'a> {
             }
             self.attempts += 1;
             let revisit = self.tried.contains(&pick.endpoint);
+            let span = self.trace_attempt(&pick.endpoint);
             let outcome = self.attempt(&pick).await;
+            if let Some(span) = span {
+                span.end(match &outcome {
+                    Ok(answer) => Ok(answer.response.status()),
+                    Err(failure) => Err(failure.retry_reason().label()),
+                });
+            }
             pick.runtime.stats.record_outcome(match &outcome {
                 Ok(answer) => answer.response.status().is_server_error(),
                 Err(failure) => !matches!(failure, Failure::Client(_)),
@@ -289,6 +307,35 @@ impl<'a> Exchange<'a> {
             }
         }
         held.ok_or(last_error)
+    }
+
+    /// The attempt's span, when the request is traced, and its `traceparent` on the request
+    /// the endpoint gets (also when the trace is not recorded: the pod continues it).
+    fn trace_attempt(&mut self, endpoint: &Endpoint) -> Option<AttemptSpan> {
+        let (tracing, server) = self.trace.as_ref()?;
+        let authority = endpoint.authority();
+        let facts = AttemptFacts {
+            method: &self.parts.method,
+            scheme: match self.wire {
+                Wire::Tls { .. } => "https",
+                _ => "http",
+            },
+            host: authority.host(),
+            port: authority.port_u16().unwrap_or(80),
+            target: self
+                .parts
+                .uri
+                .path_and_query()
+                .map_or("/", |target| target.as_str()),
+            resends: self.attempts.saturating_sub(1),
+            retry_reason: self
+                .retry_reason
+                .filter(|_| self.attempts > 1)
+                .map(RetryReason::label),
+        };
+        let (traceparent, span) = tracing.attempt(server, facts);
+        self.parts.headers.insert(TRACEPARENT, traceparent);
+        span
     }
 
     /// Resolves an ejected endpoint's trial: any HTTP response brings it back; a failure of
