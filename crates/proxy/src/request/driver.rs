@@ -188,7 +188,8 @@ impl Proxy {
         let response = match forward.await {
             Ok(response) => response,
             Err(stop) => {
-                log_stop(&stop, &client);
+                let trace_id = measure.trace.as_ref().and_then(RequestTrace::trace_id);
+                log_stop(&stop, &client, trace_id);
                 answer::stopped(stop, grpc_call)
             }
         };
@@ -452,15 +453,17 @@ impl Proxy {
     }
 }
 
-/// Why the proxy answered the request itself, for the debug log.
-fn log_stop(stop: &Stop, client: &ClientInfo) {
+/// Why the proxy answered the request itself, for the debug log (with the request's trace id
+/// when it is traced).
+fn log_stop(stop: &Stop, client: &ClientInfo, trace_id: Option<opentelemetry::trace::TraceId>) {
+    let trace_id = trace_id.map(tracing::field::display);
     match stop {
         Stop::Answer(answer) => {
             let LocalAnswer { status, .. } = answer.as_ref();
-            tracing::debug!(client = %client.client, %status, "answered by the proxy");
+            tracing::debug!(client = %client.client, %status, trace_id, "answered by the proxy");
         }
         Stop::Fail(error) => {
-            tracing::debug!(client = %client.client, %error, source = ?std::error::Error::source(error), "answered by proxy");
+            tracing::debug!(client = %client.client, %error, source = ?std::error::Error::source(error), trace_id, "answered by proxy");
         }
     }
 }
