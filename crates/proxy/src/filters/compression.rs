@@ -29,8 +29,11 @@ use crate::upstream::retry_buffer::{declared_length, is_stream};
 /// default is 20; ingress-nginx and Traefik use 1024).
 const MIN_LENGTH: u64 = 1024;
 
-/// gzip's level: ingress-nginx's `gzip-level` default, the cheapest per byte.
-const GZIP_LEVEL: u32 = 1;
+/// gzip's level in zlib-rs's scale: 2 does what zlib's level 1 (ingress-nginx's `gzip-level`
+/// default) does. zlib-rs's level 1 is a quicker strategy whose output was 36 % larger than
+/// nginx's at level 1 for bench/run's 100 KiB JSON (22,514 bytes against 16,565; level 2:
+/// 15,071), for 0.6 of level 2's time.
+const GZIP_LEVEL: u32 = 2;
 /// Brotli's quality: 4 costs about what gzip at 6 does and compresses better.
 const BROTLI_QUALITY: u32 = 4;
 /// Brotli's window: 512 KiB, enough for answers a proxy compresses.
