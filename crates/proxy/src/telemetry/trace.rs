@@ -687,6 +687,107 @@ mod tests {
         }
     }
 
+    /// A finished span as the SDK hands it to the processor.
+    fn finished_span() -> SpanData {
+        SpanData {
+            span_context: SpanContext::empty_context(),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Server,
+            name: "GET".into(),
+            start_time: SystemTime::now(),
+            end_time: SystemTime::now(),
+            attributes: Vec::new(),
+            dropped_attributes_count: 0,
+            events: Default::default(),
+            links: Default::default(),
+            status: Status::Unset,
+            instrumentation_scope: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_span_queue_holds_its_bound_and_hands_out_batches() {
+        let queue = SpanQueue::default();
+        for _ in 0..QUEUE {
+            assert!(queue.push(finished_span()));
+        }
+        assert!(!queue.push(finished_span()), "a full queue drops");
+        assert_eq!(queue.waiting(), (QUEUE, false));
+        let (batch, closed) = queue.take();
+        assert_eq!((batch.len(), closed), (BATCH, false));
+        assert_eq!(queue.waiting(), (QUEUE - BATCH, false));
+        queue.close();
+        assert_eq!(queue.waiting(), (QUEUE - BATCH, true));
+    }
+
+    #[tokio::test]
+    async fn the_exporter_is_woken_by_a_first_span_and_by_a_full_batch_only() {
+        let woken = |queue: &SpanQueue| {
+            use std::future::Future as _;
+            let mut wait = std::pin::pin!(queue.wake.notified());
+            let waker = std::task::Waker::noop();
+            wait.as_mut()
+                .poll(&mut std::task::Context::from_waker(waker))
+                .is_ready()
+        };
+        let queue = SpanQueue::default();
+        assert!(!woken(&queue));
+        queue.push(finished_span());
+        assert!(woken(&queue), "the first span wakes the exporter");
+        for _ in 1..BATCH - 1 {
+            queue.push(finished_span());
+        }
+        assert!(!woken(&queue), "spans after the first do not");
+        queue.push(finished_span());
+        assert!(woken(&queue), "a full batch does");
+        queue.close();
+        assert!(woken(&queue), "so does the tracer's end");
+    }
+
+    #[tokio::test]
+    async fn a_new_trace_is_recorded_at_the_ratio_and_keeps_the_id_it_was_drawn_with() {
+        let options = TracingOptions {
+            endpoint: "http://127.0.0.1:9".into(),
+            sample_ratio: 0.5,
+            service_name: "sluice".into(),
+        };
+        let Ok((tracing, _export)) = Tracing::start(&options, Counter::default()) else {
+            panic!("tracing starts");
+        };
+        let method = Method::GET;
+        let (mut recorded, requests) = (0, 400);
+        for _ in 0..requests {
+            let mut trace = tracing.begin();
+            let facts = ServerFacts {
+                method: &method,
+                path: "/",
+                scheme: "http",
+                version: Version::HTTP_11,
+                host: "example.test",
+                client: std::net::Ipv4Addr::LOCALHOST.into(),
+                user_agent: None,
+                route: None,
+            };
+            tracing.open(&mut trace, &HeaderMap::new(), true, facts);
+            let Some(context) = trace.server() else {
+                panic!("the trace is open");
+            };
+            let span = context.span();
+            let id = span.span_context().trace_id();
+            let chosen = tracing
+                .sampler
+                .should_sample(None, id, "", &SpanKind::Server, &[], &[])
+                .decision
+                == SamplingDecision::RecordAndSample;
+            assert_eq!(span.is_recording(), chosen, "the ratio's choice for {id}");
+            assert_eq!(span.span_context().is_sampled(), chosen);
+            recorded += usize::from(chosen);
+        }
+        // Half at 0.5; a second draw by the SDK would record a quarter (100 ± 9).
+        assert!((150..=250).contains(&recorded), "{recorded} of {requests}");
+    }
+
     #[test]
     fn traceparent_is_written_as_w3c_spells_it() {
         let span = |flags| {
