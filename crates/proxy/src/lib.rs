@@ -33,7 +33,7 @@ pub use server::{
     serve, serve_datagrams, serve_streams, serve_tls, DatagramOptions, ListenerOptions,
     StreamOptions, TlsSetupError, TlsTerminator, DEFAULT_CLIENT_HEADER_TIMEOUT,
     DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_MAX_HEADERS,
-    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_UDP_MAX_FLOWS,
 };
 pub use shutdown::{Phase, ShutdownSignal, ShutdownTrigger};
 pub use telemetry::access_log::{AccessLog, AccessLogFormat, DEFAULT_ACCESS_LOG_QUEUE};

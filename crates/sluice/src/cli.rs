@@ -381,6 +381,10 @@ pub struct ServeArgs {
     /// without a datagram either way.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub udp_idle_timeout: Duration,
+    /// The most client flows one Gateway UDP listener keeps at once (each holds a socket); a
+    /// datagram from a new client beyond it is dropped until flows go idle.
+    #[arg(long, default_value_t = sluice_proxy::DEFAULT_UDP_MAX_FLOWS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub udp_max_flows: u32,
     /// Data-plane workers: single-threaded runtimes on threads of their own, each with its own
     /// SO_REUSEPORT socket on --listen and --listen-tls and its own upstream connections; the
     /// kernel spreads new connections over them. Default: the cores sluice may run on.
@@ -504,6 +508,7 @@ impl ServeArgs {
             shutdown_delay: self.shutdown_delay,
             grace_period: self.grace_period,
             udp_idle_timeout: self.udp_idle_timeout,
+            udp_max_flows: self.udp_max_flows as usize,
             source,
             listen: self.listen,
             admin: self.admin,

@@ -85,6 +85,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         shutdown_delay: Duration::ZERO,
         grace_period: Duration::from_secs(2),
         udp_idle_timeout: Duration::from_secs(60),
+        udp_max_flows: sluice_proxy::DEFAULT_UDP_MAX_FLOWS as usize,
         workers: crate::workers::available_cores(),
     };
     let server = Server::bind(config).await?;

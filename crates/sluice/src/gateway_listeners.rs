@@ -42,6 +42,8 @@ pub(crate) struct StreamSettings {
     pub connect: std::time::Duration,
     /// `--udp-idle-timeout`
     pub udp_idle: std::time::Duration,
+    /// `--udp-max-flows`
+    pub udp_max_flows: usize,
     pub metrics: StreamMetrics,
 }
 
@@ -89,6 +91,7 @@ where
             table: control.table().clone(),
             socket: address,
             idle_timeout: settings.udp_idle,
+            max_flows: settings.udp_max_flows,
             metrics: settings.metrics.clone(),
         };
         let task = tokio::spawn(serve_datagrams(socket, datagram_options, signal));

@@ -49,6 +49,8 @@ pub struct ServeConfig {
     pub grace_period: Duration,
     /// `--udp-idle-timeout`: how long a Gateway UDP flow lives without a datagram.
     pub udp_idle_timeout: Duration,
+    /// `--udp-max-flows`: how many flows one Gateway UDP listener keeps at once.
+    pub udp_max_flows: usize,
     /// `--workers`: data-plane workers, each with its own sockets on `listen` and `listen_tls`.
     pub workers: usize,
 }
@@ -224,6 +226,7 @@ impl Server {
                 crate::gateway_listeners::StreamSettings {
                     connect: config.proxy.connect_timeout,
                     udp_idle: config.udp_idle_timeout,
+                    udp_max_flows: config.udp_max_flows,
                     metrics: metrics.streams.clone(),
                 },
             ),

@@ -497,6 +497,77 @@ async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_wei
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_udp_listener_keeps_at_most_udp_max_flows_and_takes_new_clients_when_flows_go_idle() {
+    let pod = udp_pod("echo", pod_ip(220)).await;
+    let port = free_port();
+    let ip = gateway_ip(25);
+    let dir = tempfile::tempdir().unwrap();
+    let udp_service = service("echo", 5300, &[pod])
+        .replace("  - port: 5300\n", "  - port: 5300\n    protocol: UDP\n")
+        .replace("ports:\n- port:", "ports:\n- protocol: UDP\n  port:");
+    write_manifest(
+        dir.path(),
+        "app.yaml",
+        &[
+            CLASS.to_owned(),
+            gateway(ip, &format!("  - {{name: dns, port: {port}, protocol: UDP}}\n")),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: UDPRoute\nmetadata: {name: dns}\nspec:\n  parentRefs: [{name: gw}]\n  rules: [{backendRefs: [{name: echo, port: 5300}]}]\n".to_owned(),
+            udp_service,
+        ],
+    );
+    let sluice = Sluice::start(
+        dir.path(),
+        &["--udp-idle-timeout", "1s", "--udp-max-flows", "2"],
+    )
+    .await;
+    let socket = SocketAddr::new(ip, port);
+    let loopback = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+    let first = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+    wait_until(
+        "the UDP listener to answer",
+        Duration::from_secs(10),
+        || async { udp_ask(&first, socket, "hello").await.is_some() },
+    )
+    .await;
+    let second = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+    assert_eq!(
+        udp_ask(&second, socket, "two").await.as_deref(),
+        Some("echo")
+    );
+
+    // Two flows are the limit: a third client is dropped, the two go on.
+    let third = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+    assert_eq!(
+        udp_ask(&third, socket, "three").await,
+        None,
+        "beyond --udp-max-flows"
+    );
+    assert_eq!(
+        udp_ask(&first, socket, "one").await.as_deref(),
+        Some("echo")
+    );
+    assert_eq!(
+        udp_ask(&second, socket, "two").await.as_deref(),
+        Some("echo")
+    );
+    let failed = [("protocol", "UDP"), ("result", "failed")];
+    assert!(
+        sluice
+            .metric_sum("sluice_stream_connections_total", &failed)
+            .await
+            >= 1.0,
+        "the dropped client is counted as failed"
+    );
+
+    // Once the two flows have been idle for the timeout, the third client gets one.
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    assert_eq!(
+        udp_ask(&third, socket, "three").await.as_deref(),
+        Some("echo")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_tls_policy_reencrypts_terminated_tls_streams_and_never_falls_back_to_plaintext()
 {
     let pod_ca = TestCa::new("pod CA").unwrap();

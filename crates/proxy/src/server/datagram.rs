@@ -26,10 +26,11 @@ use crate::telemetry::metrics::{StreamMetrics, StreamResult};
 /// The largest datagram carried (the UDP maximum payload).
 const MAX_DATAGRAM: usize = 65_507;
 
-/// The most flows one UDP listener keeps at once: each holds a socket, and a flood of
-/// datagrams from forged source addresses must not exhaust the process's file descriptors.
-/// A new client beyond it is dropped (counted as failed) until flows go idle.
-const MAX_FLOWS: usize = 16_384;
+/// The most flows one UDP listener keeps at once by default (`--udp-max-flows`): each holds a
+/// socket, and a flood of datagrams from forged source addresses must not exhaust the
+/// process's file descriptors. A new client beyond it is dropped (counted as failed) until
+/// flows go idle.
+pub const DEFAULT_UDP_MAX_FLOWS: u32 = 16_384;
 
 /// What a Gateway UDP socket needs besides its socket.
 #[derive(Clone)]
@@ -40,6 +41,8 @@ pub struct DatagramOptions {
     pub socket: SocketAddr,
     /// How long a flow lives without a datagram either way (`--udp-idle-timeout`).
     pub idle_timeout: Duration,
+    /// The most flows kept at once (`--udp-max-flows`); a new client beyond it is dropped.
+    pub max_flows: usize,
     /// Flows and bytes by route.
     pub metrics: StreamMetrics,
 }
@@ -95,7 +98,7 @@ pub async fn serve_datagrams(
             () = &mut stop => break,
         };
         let datagram = &buffer[..length];
-        if flows.len() >= MAX_FLOWS && !flows.contains_key(&client) {
+        if flows.len() >= options.max_flows && !flows.contains_key(&client) {
             tracing::debug!(%client, socket = %options.socket, "UDP datagram dropped: too many flows");
             options.metrics.connection("UDP", "", StreamResult::Failed);
             continue;

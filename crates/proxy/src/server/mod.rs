@@ -44,7 +44,7 @@ use crate::telemetry::{ListenerMetrics, OpenConnection};
 use accept::accept_until_stopped;
 use activity::{ClientTimeouts, ConnectionActivity, RequestActivity};
 use client_io::{ClientIo, ReadReady};
-pub use datagram::{serve_datagrams, DatagramOptions};
+pub use datagram::{serve_datagrams, DatagramOptions, DEFAULT_UDP_MAX_FLOWS};
 use detect::Protocol;
 use http1::Http1;
 use rewound::Rewound;
