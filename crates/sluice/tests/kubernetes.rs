@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sluice_testapi::TestApiServer;
+use sluice_testapi::{Options, TestApiServer};
 use sluice_testkit::{get, http_client, EchoBackend, LoadRun};
 use support::{pod_ip, wait_until, Sluice};
 
@@ -77,7 +77,11 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Self {
-        let api = TestApiServer::start("127.0.0.1:0".parse().unwrap())
+        Self::start_with(Options::default()).await
+    }
+
+    async fn start_with(options: Options) -> Self {
+        let api = TestApiServer::start_with("127.0.0.1:0".parse().unwrap(), options)
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -1180,8 +1184,48 @@ async fn a_backend_tls_policy_gets_its_ancestor_status_and_keeps_other_controlle
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_set_through_the_api_serves_on_its_gateway_and_gets_its_status() {
-    let pods = pods(&["lset-1"], 176).await;
     let cluster = Cluster::start().await;
+    listener_set_serves_and_gets_its_status(
+        &cluster,
+        "gateway.networking.k8s.io/v1",
+        "ListenerSet",
+        176,
+    )
+    .await;
+}
+
+/// Where only the experimental channel's CRD is installed, sluice watches `XListenerSet` in its
+/// place and writes its status there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_experimental_xlistenerset_through_the_api_serves_on_its_gateway_and_gets_its_status() {
+    let cluster = Cluster::start_with(Options {
+        undiscovered_kinds: vec!["ListenerSet"],
+        ..Options::default()
+    })
+    .await;
+    listener_set_serves_and_gets_its_status(
+        &cluster,
+        "gateway.networking.x-k8s.io/v1alpha1",
+        "XListenerSet",
+        177,
+    )
+    .await;
+    assert!(
+        cluster.api.list("ListenerSet", None).unwrap().is_empty(),
+        "nothing was written as a standard ListenerSet"
+    );
+}
+
+/// A set `team-a` of `kind` attached to Gateway `gw`, and an HTTPRoute on it: the route serves
+/// on the Gateway's address, and the set, the Gateway and the route get their status.
+async fn listener_set_serves_and_gets_its_status(
+    cluster: &Cluster,
+    api_version: &str,
+    kind: &str,
+    pod: u8,
+) {
+    let pods = pods(&["lset-1"], pod).await;
+    let group = api_version.split_once('/').map_or("", |(group, _)| group);
     cluster.apply(service("web"));
     cluster.apply(slice("web", "web-a", &[&pods[0]]));
     let port = support::free_port();
@@ -1190,7 +1234,7 @@ async fn a_listener_set_through_the_api_serves_on_its_gateway_and_gets_its_statu
     cluster.apply(class);
     cluster.apply(gateway);
     cluster.apply(json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+        "apiVersion": api_version, "kind": kind,
         "metadata": {"name": "team-a", "namespace": "shop"},
         "spec": {"parentRef": {"name": "gw"},
                  "listeners": [{"name": "team-a", "port": port, "protocol": "HTTP", "hostname": "team-a.shop.test"}]}
@@ -1198,7 +1242,7 @@ async fn a_listener_set_through_the_api_serves_on_its_gateway_and_gets_its_statu
     cluster.apply(json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": "team-a", "namespace": "shop"},
-        "spec": {"parentRefs": [{"kind": "ListenerSet", "name": "team-a"}],
+        "spec": {"parentRefs": [{"group": group, "kind": kind, "name": "team-a"}],
                  "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}
     }));
     let sluice = Sluice::start_kubernetes(&cluster.kubeconfig, &["--namespace", "shop"]).await;
@@ -1218,12 +1262,12 @@ async fn a_listener_set_through_the_api_serves_on_its_gateway_and_gets_its_statu
         "the ListenerSet's status",
         Duration::from_secs(10),
         || async {
-            let set = cluster.api.get("ListenerSet", "shop", "team-a").unwrap();
+            let set = cluster.api.get(kind, "shop", "team-a").unwrap();
             set["status"]["listeners"][0]["attachedRoutes"] == 1
         },
     )
     .await;
-    let set = cluster.api.get("ListenerSet", "shop", "team-a").unwrap();
+    let set = cluster.api.get(kind, "shop", "team-a").unwrap();
     let accepted = (
         "Accepted".to_owned(),
         "True".to_owned(),
@@ -1242,7 +1286,7 @@ async fn a_listener_set_through_the_api_serves_on_its_gateway_and_gets_its_statu
     assert_eq!(gateway["status"]["attachedListenerSets"], 1, "{gateway}");
     let route = cluster.api.get("HTTPRoute", "shop", "team-a").unwrap();
     assert_eq!(
-        route["status"]["parents"][0]["parentRef"]["kind"], "ListenerSet",
+        route["status"]["parents"][0]["parentRef"]["kind"], kind,
         "{route}"
     );
     // The Gateway's own hostname-less listener does not take the ListenerSet's route.

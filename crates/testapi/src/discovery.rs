@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn resource_lists_describe_ingresses_and_their_status() {
-        let list = resources::api_resource_list("networking.k8s.io", "v1").unwrap();
+        let list = resources::api_resource_list("networking.k8s.io", "v1", &[]).unwrap();
         let names: Vec<&str> = list["resources"]
             .as_array()
             .unwrap()
@@ -280,7 +280,7 @@ mod tests {
         assert_eq!(list["resources"][0]["namespaced"], true);
         assert_eq!(list["resources"][0]["singularName"], "ingress");
         assert_eq!(list["resources"][2]["namespaced"], false);
-        assert!(resources::api_resource_list("batch", "v1").is_none());
+        assert!(resources::api_resource_list("batch", "v1", &[]).is_none());
     }
 
     #[test]

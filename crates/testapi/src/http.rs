@@ -153,8 +153,16 @@ async fn route(
         ["api"] => get_only(Some(discovery::api_versions(&shared.addr.to_string()))),
         ["apis"] => get_only(Some(discovery::group_list())),
         ["apis", group] => get_only(discovery::group(group)),
-        ["api", "v1"] => get_only(resources::api_resource_list("", "v1")),
-        ["apis", group, version] => get_only(resources::api_resource_list(group, version)),
+        ["api", "v1"] => get_only(resources::api_resource_list(
+            "",
+            "v1",
+            &shared.options.undiscovered_kinds,
+        )),
+        ["apis", group, version] => get_only(resources::api_resource_list(
+            group,
+            version,
+            &shared.options.undiscovered_kinds,
+        )),
         ["openapi", "v2"] if method == Method::GET => {
             let accept = request
                 .headers()

@@ -312,6 +312,17 @@ pub const RESOURCES: &[ResourceType] = &[
         status_subresource: true,
         short_names: &["lset"],
     },
+    // The experimental channel's ListenerSet (Gateway API v1.3 and v1.4).
+    ResourceType {
+        group: "gateway.networking.x-k8s.io",
+        version: "v1alpha1",
+        plural: "xlistenersets",
+        singular: "xlistenerset",
+        kind: "XListenerSet",
+        namespaced: true,
+        status_subresource: true,
+        short_names: &[],
+    },
     ResourceType {
         group: "gateway.networking.k8s.io",
         version: "v1beta1",
@@ -395,12 +406,17 @@ pub(crate) fn group_versions() -> Vec<(&'static str, &'static str)> {
     out
 }
 
-/// The `APIResourceList` for one group version, with subresources.
-pub(crate) fn api_resource_list(group: &str, version: &str) -> Option<Value> {
+/// The `APIResourceList` for one group version, with subresources, without the
+/// `undiscovered` kinds.
+pub(crate) fn api_resource_list(
+    group: &str,
+    version: &str,
+    undiscovered: &[&str],
+) -> Option<Value> {
     let mut resources = Vec::new();
     for r in RESOURCES
         .iter()
-        .filter(|r| r.group == group && r.version == version)
+        .filter(|r| r.group == group && r.version == version && !undiscovered.contains(&r.kind))
     {
         resources.push(json!({
             "name": r.plural,

@@ -20,6 +20,9 @@ pub struct Options {
     pub event_log_limit: usize,
     /// Requests remembered by [`crate::TestApiServer::requests`].
     pub request_log_limit: usize,
+    /// Kinds left out of the group versions' resource lists, as in a cluster without their
+    /// CRD: a client that discovers what is served does not see them.
+    pub undiscovered_kinds: Vec<&'static str>,
 }
 
 impl Default for Options {
@@ -28,6 +31,7 @@ impl Default for Options {
             bookmark_interval: Duration::from_secs(1),
             event_log_limit: 100_000,
             request_log_limit: 10_000,
+            undiscovered_kinds: Vec::new(),
         }
     }
 }
