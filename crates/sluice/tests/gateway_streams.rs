@@ -380,6 +380,31 @@ async fn udp_ask(client: &tokio::net::UdpSocket, to: SocketAddr, payload: &str) 
     Some(name.to_owned())
 }
 
+/// Service `name` with one UDP port 5300, its slice holding `endpoints`.
+fn udp_service(name: &str, endpoints: &[SocketAddr]) -> String {
+    service(name, 5300, endpoints)
+        .replace("  - port: 5300\n", "  - port: 5300\n    protocol: UDP\n")
+        .replace("ports:\n- port:", "ports:\n- protocol: UDP\n  port:")
+}
+
+/// A client UDP socket on loopback with a port of its own (so a flow of its own).
+async fn udp_client() -> tokio::net::UdpSocket {
+    let loopback = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+    tokio::net::UdpSocket::bind(loopback).await.unwrap()
+}
+
+/// A client whose first datagram to the Gateway UDP `socket` has had its reply.
+async fn first_udp_client(socket: SocketAddr) -> tokio::net::UdpSocket {
+    let first = udp_client().await;
+    wait_until(
+        "the UDP listener to answer",
+        Duration::from_secs(10),
+        || async { udp_ask(&first, socket, "hello").await.is_some() },
+    )
+    .await;
+    first
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_weight() {
     let a1 = udp_pod("a1", pod_ip(207)).await;
@@ -388,11 +413,6 @@ async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_wei
     let port = free_port();
     let ip = gateway_ip(23);
     let dir = tempfile::tempdir().unwrap();
-    let udp_service = |name: &str, endpoints: &[SocketAddr]| {
-        service(name, 5300, endpoints)
-            .replace("  - port: 5300\n", "  - port: 5300\n    protocol: UDP\n")
-            .replace("ports:\n- port:", "ports:\n- protocol: UDP\n  port:")
-    };
     let manifest = |a_endpoints: &[SocketAddr]| {
         vec![
             CLASS.to_owned(),
@@ -405,14 +425,7 @@ async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_wei
     write_manifest(dir.path(), "app.yaml", &manifest(&[a1, a2]));
     let sluice = Sluice::start(dir.path(), &["--udp-idle-timeout", "1s"]).await;
     let socket = SocketAddr::new(ip, port);
-    let loopback = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
-    let first = tokio::net::UdpSocket::bind(loopback).await.unwrap();
-    wait_until(
-        "the UDP listener to answer",
-        Duration::from_secs(10),
-        || async { udp_ask(&first, socket, "hello").await.is_some() },
-    )
-    .await;
+    let first = first_udp_client(socket).await;
 
     // One client is one flow: every datagram goes to the same pod.
     let pinned = udp_ask(&first, socket, "again").await.unwrap();
@@ -426,7 +439,7 @@ async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_wei
     let mut clients = Vec::new();
     let mut counts = std::collections::BTreeMap::<String, u32>::new();
     for _ in 0..1000 {
-        let client = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+        let client = udp_client().await;
         let name = udp_ask(&client, socket, "weigh")
             .await
             .expect("every flow gets a reply");
@@ -457,7 +470,7 @@ async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_wei
     // gets a new flow elsewhere.
     let mut on_a2 = None;
     for _ in 0..40 {
-        let client = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+        let client = udp_client().await;
         if udp_ask(&client, socket, "where").await.as_deref() == Some("a2") {
             on_a2 = Some(client);
             break;
@@ -473,7 +486,7 @@ async fn udp_listeners_keep_a_client_on_its_backend_and_split_new_clients_by_wei
         Some("a2")
     );
     for _ in 0..50 {
-        let client = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+        let client = udp_client().await;
         let name = udp_ask(&client, socket, "new").await.unwrap();
         assert_ne!(name, "a2", "a removed endpoint gets no new flow");
         clients.push(client);
@@ -502,9 +515,6 @@ async fn a_udp_listener_keeps_at_most_udp_max_flows_and_takes_new_clients_when_f
     let port = free_port();
     let ip = gateway_ip(25);
     let dir = tempfile::tempdir().unwrap();
-    let udp_service = service("echo", 5300, &[pod])
-        .replace("  - port: 5300\n", "  - port: 5300\n    protocol: UDP\n")
-        .replace("ports:\n- port:", "ports:\n- protocol: UDP\n  port:");
     write_manifest(
         dir.path(),
         "app.yaml",
@@ -512,7 +522,7 @@ async fn a_udp_listener_keeps_at_most_udp_max_flows_and_takes_new_clients_when_f
             CLASS.to_owned(),
             gateway(ip, &format!("  - {{name: dns, port: {port}, protocol: UDP}}\n")),
             "apiVersion: gateway.networking.k8s.io/v1\nkind: UDPRoute\nmetadata: {name: dns}\nspec:\n  parentRefs: [{name: gw}]\n  rules: [{backendRefs: [{name: echo, port: 5300}]}]\n".to_owned(),
-            udp_service,
+            udp_service("echo", &[pod]),
         ],
     );
     let sluice = Sluice::start(
@@ -521,22 +531,15 @@ async fn a_udp_listener_keeps_at_most_udp_max_flows_and_takes_new_clients_when_f
     )
     .await;
     let socket = SocketAddr::new(ip, port);
-    let loopback = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
-    let first = tokio::net::UdpSocket::bind(loopback).await.unwrap();
-    wait_until(
-        "the UDP listener to answer",
-        Duration::from_secs(10),
-        || async { udp_ask(&first, socket, "hello").await.is_some() },
-    )
-    .await;
-    let second = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+    let first = first_udp_client(socket).await;
+    let second = udp_client().await;
     assert_eq!(
         udp_ask(&second, socket, "two").await.as_deref(),
         Some("echo")
     );
 
     // Two flows are the limit: a third client is dropped, the two go on.
-    let third = tokio::net::UdpSocket::bind(loopback).await.unwrap();
+    let third = udp_client().await;
     assert_eq!(
         udp_ask(&third, socket, "three").await,
         None,

@@ -284,6 +284,28 @@ mod tests {
     }
 
     #[test]
+    fn an_undiscovered_kind_is_left_out_of_its_group_versions_list() {
+        let names = |undiscovered: &[&str]| -> Vec<String> {
+            let list =
+                resources::api_resource_list("networking.k8s.io", "v1", undiscovered).unwrap();
+            list["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(names(&["Ingress"]), ["ingressclasses"]);
+        assert_eq!(names(&["IngressClass"]), ["ingresses", "ingresses/status"]);
+        assert!(resources::api_resource_list(
+            "networking.k8s.io",
+            "v1",
+            &["Ingress", "IngressClass"]
+        )
+        .is_none());
+    }
+
+    #[test]
     fn openapi_root_points_at_every_group_version_document() {
         let root = openapi_root();
         for (path, entry) in root["paths"].as_object().unwrap() {
